@@ -1,0 +1,114 @@
+//! 1-D convolution over channels-last activations.
+//!
+//! Depthwise convolutions (the ConvNeXt blocks: k=7, one filter per channel) run directly,
+//! vectorised across channels. Grouped and dense ones (F5's position embedding: k=31, 16 groups
+//! of 64; Vocos' input: 100→512, k=7) become one GEMM per (item, group) over an im2col matrix
+//! whose row `t` holds the `kernel` input rows the output row `t` sees, back to back — so
+//! building it is a run of contiguous copies and the GEMM does all the arithmetic.
+
+use rayon::prelude::*;
+
+use super::gemm_raw;
+use crate::spec::{Conv1dSpec, GemmSpec, MatLayout};
+
+pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    if spec.groups == spec.c_in && spec.c_out == spec.c_in {
+        depthwise(spec, x, w, bias, y)
+    } else {
+        grouped(spec, x, w, bias, y)
+    }
+}
+
+/// Offset of input row `t + k − pad`, or `None` where the window hangs over the zero padding.
+#[inline]
+fn source_row(t: usize, k: usize, pad: usize, n: usize) -> Option<usize> {
+    (t + k).checked_sub(pad).filter(|&s| s < n)
+}
+
+fn depthwise(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    let Conv1dSpec { batch, n, c_in: c, kernel, pad, .. } = *spec;
+    let n_out = spec.n_out();
+    if c == 0 || n_out == 0 {
+        return;
+    }
+    // [c, 1, K] → [K, c] so the inner loop runs along contiguous channels.
+    let mut wt = vec![0.0f32; kernel * c];
+    for ch in 0..c {
+        for k in 0..kernel {
+            wt[k * c + ch] = w[ch * kernel + k];
+        }
+    }
+    for b in 0..batch {
+        let xb = &x[b * n * c..(b + 1) * n * c];
+        let yb = &mut y[b * n_out * c..(b + 1) * n_out * c];
+        yb.par_chunks_mut(c * 32).enumerate().for_each(|(chunk, rows)| {
+            for (i, yrow) in rows.chunks_mut(c).enumerate() {
+                let t = chunk * 32 + i;
+                match bias {
+                    Some(bv) => yrow.copy_from_slice(&bv[..c]),
+                    None => yrow.fill(0.0),
+                }
+                for k in 0..kernel {
+                    if let Some(s) = source_row(t, k, pad, n) {
+                        super::simd::gated_add_row(yrow, &xb[s * c..(s + 1) * c], &wt[k * c..(k + 1) * c]);
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn grouped(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, pad, groups } = *spec;
+    let n_out = spec.n_out();
+    let (cin_g, cout_g) = (c_in / groups, c_out / groups);
+    let kc = kernel * cin_g;
+    if n_out == 0 || c_out == 0 {
+        return;
+    }
+    // Weights [c_out, cin_g, K] → per group [K·cin_g, cout_g] in (k, ci) row order, matching
+    // the im2col columns.
+    let mut wp = vec![0.0f32; groups * kc * cout_g];
+    wp.par_chunks_mut(kc * cout_g).enumerate().for_each(|(g, wg)| {
+        for co in 0..cout_g {
+            let filt = &w[(g * cout_g + co) * kc..(g * cout_g + co + 1) * kc];
+            for ci in 0..cin_g {
+                for k in 0..kernel {
+                    wg[(k * cin_g + ci) * cout_g + co] = filt[ci * kernel + k];
+                }
+            }
+        }
+    });
+    let mut col = vec![0.0f32; n_out * kc];
+    for b in 0..batch {
+        let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+        let y_off = b * n_out * c_out;
+        let yb = &mut y[y_off..y_off + n_out * c_out];
+        match bias {
+            Some(bv) => yb.par_chunks_mut(c_out).for_each(|r| r.copy_from_slice(&bv[..c_out])),
+            None => yb.fill(0.0),
+        }
+        for g in 0..groups {
+            col.par_chunks_mut(kc).enumerate().for_each(|(t, crow)| {
+                for k in 0..kernel {
+                    let dst = &mut crow[k * cin_g..(k + 1) * cin_g];
+                    match source_row(t, k, pad, n) {
+                        Some(s) => dst.copy_from_slice(&xb[s * c_in + g * cin_g..s * c_in + (g + 1) * cin_g]),
+                        None => dst.fill(0.0),
+                    }
+                }
+            });
+            let spec = GemmSpec {
+                m: n_out,
+                n: cout_g,
+                k: kc,
+                batch: 1,
+                a: MatLayout::row_major(kc),
+                b: MatLayout::row_major(cout_g).at(g * kc * cout_g),
+                c: MatLayout::row_major(c_out).at(g * cout_g),
+                beta: 1.0,
+            };
+            gemm_raw(&spec, &col, &wp, yb, true);
+        }
+    }
+}

@@ -1,0 +1,506 @@
+//! The CPU backend: the engine users run without a GPU, and the twin every CUDA kernel is
+//! checked against. Row-parallel with rayon; GEMMs (and the GEMM halves of attention and the
+//! grouped convolutions) through the `gemm` crate, which reaches the f32 peak of the machine.
+
+mod attention;
+mod conv;
+pub(crate) mod simd;
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::spec::{AttentionSpec, Conv1dSpec, GemmSpec, RopeSpec};
+use crate::{shape_err, Activation, Backend, Device, KitError, Result};
+
+/// Rows handed to one rayon task by the row-parallel ops: large enough that scheduling costs
+/// nothing next to the work, small enough to balance two to a few dozen threads.
+const ROWS_PER_TASK: usize = 16;
+
+/// The CPU backend. Cheap to clone; clones share the thread pool.
+#[derive(Clone)]
+pub struct CpuBackend {
+    /// `None` runs on rayon's global pool (sized by `RAYON_NUM_THREADS` or the core count).
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CpuBackend {
+    /// On rayon's global pool.
+    pub fn new() -> Self {
+        CpuBackend { pool: None }
+    }
+
+    /// On a private pool of `threads` threads (0 = the global pool), so that a benchmark or a
+    /// server can pin the engine's parallelism without touching the rest of the process.
+    pub fn with_threads(threads: usize) -> Result<Self> {
+        if threads == 0 {
+            return Ok(Self::new());
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("f5-cpu-{i}"))
+            .build()
+            .map_err(|e| KitError::Device(format!("cannot start {threads} CPU threads: {e}")))?;
+        Ok(CpuBackend { pool: Some(Arc::new(pool)) })
+    }
+
+    /// Threads the ops run on.
+    pub fn threads(&self) -> usize {
+        match &self.pool {
+            Some(p) => p.current_num_threads(),
+            None => rayon::current_num_threads(),
+        }
+    }
+
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    }
+}
+
+fn need(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
+    if have < want {
+        return Err(shape_err(op, format!("{name} has {have} values, need {want}")));
+    }
+    Ok(())
+}
+
+fn checked_mul(op: &'static str, a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b).ok_or_else(|| shape_err(op, format!("{a}×{b} overflows")))
+}
+
+/// LayerNorm statistics of one row: `(mean, 1/sqrt(var + eps))` with the biased variance, as
+/// PyTorch computes it. Two passes in f32 with 16 lanes each.
+fn row_stats(x: &[f32], eps: f32) -> (f32, f32) {
+    let d = x.len() as f32;
+    let mean = simd::sum(x) / d;
+    let var = simd::sum_sq_dev(x, mean) / d;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// Runs one strided GEMM on the current pool. Every pointer offset was bounds-checked by
+/// `GemmSpec::validate`.
+pub(crate) fn gemm_raw(spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32], parallel: bool) {
+    let par = if parallel { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
+    for bi in 0..spec.batch {
+        let ao = spec.a.offset + bi * spec.a.batch_stride;
+        let bo = spec.b.offset + bi * spec.b.batch_stride;
+        let co = spec.c.offset + bi * spec.c.batch_stride;
+        if spec.m == 0 || spec.n == 0 {
+            continue;
+        }
+        // SAFETY: validate() proved that every element addressed through these offsets and
+        // strides lies inside the slices; `c` is uniquely borrowed and does not alias a or b.
+        unsafe {
+            gemm::gemm(
+                spec.m,
+                spec.n,
+                spec.k,
+                c.as_mut_ptr().add(co),
+                spec.c.col_stride as isize,
+                spec.c.row_stride as isize,
+                spec.beta != 0.0,
+                a.as_ptr().add(ao.min(a.len())),
+                spec.a.col_stride as isize,
+                spec.a.row_stride as isize,
+                b.as_ptr().add(bo.min(b.len())),
+                spec.b.col_stride as isize,
+                spec.b.row_stride as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+    }
+}
+
+impl Backend for CpuBackend {
+    type Buf = Vec<f32>;
+
+    fn device(&self) -> Device {
+        Device::Cpu { threads: self.pool.as_ref().map_or(0, |p| p.current_num_threads()) }
+    }
+
+    fn alloc(&self, len: usize) -> Result<Vec<f32>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).map_err(|_| KitError::OutOfMemory(len))?;
+        v.resize(len, 0.0);
+        Ok(v)
+    }
+
+    fn upload(&self, data: &[f32]) -> Result<Vec<f32>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(data.len()).map_err(|_| KitError::OutOfMemory(data.len()))?;
+        v.extend_from_slice(data);
+        Ok(v)
+    }
+
+    fn download(&self, buf: &Vec<f32>) -> Result<Vec<f32>> {
+        Ok(buf.clone())
+    }
+
+    fn len(&self, buf: &Vec<f32>) -> usize {
+        buf.len()
+    }
+
+    fn write(&self, buf: &mut Vec<f32>, offset: usize, data: &[f32]) -> Result<()> {
+        let end = offset.checked_add(data.len()).filter(|&e| e <= buf.len());
+        let end = end.ok_or_else(|| shape_err("write", format!("{}+{} past buffer of {}", offset, data.len(), buf.len())))?;
+        buf[offset..end].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read(&self, buf: &Vec<f32>, offset: usize, out: &mut [f32]) -> Result<()> {
+        let end = offset.checked_add(out.len()).filter(|&e| e <= buf.len());
+        let end = end.ok_or_else(|| shape_err("read", format!("{}+{} past buffer of {}", offset, out.len(), buf.len())))?;
+        out.copy_from_slice(&buf[offset..end]);
+        Ok(())
+    }
+
+    fn copy(&self, src: &Vec<f32>, src_off: usize, dst: &mut Vec<f32>, dst_off: usize, len: usize) -> Result<()> {
+        let s_end = src_off.checked_add(len).filter(|&e| e <= src.len());
+        let d_end = dst_off.checked_add(len).filter(|&e| e <= dst.len());
+        match (s_end, d_end) {
+            (Some(se), Some(de)) => {
+                dst[dst_off..de].copy_from_slice(&src[src_off..se]);
+                Ok(())
+            }
+            _ => Err(shape_err("copy", format!("{len} values from {src_off} (of {}) to {dst_off} (of {})", src.len(), dst.len()))),
+        }
+    }
+
+    fn fill(&self, buf: &mut Vec<f32>, offset: usize, len: usize, value: f32) -> Result<()> {
+        let end = offset.checked_add(len).filter(|&e| e <= buf.len());
+        let end = end.ok_or_else(|| shape_err("fill", format!("{offset}+{len} past buffer of {}", buf.len())))?;
+        buf[offset..end].fill(value);
+        Ok(())
+    }
+
+    fn gemm(&self, spec: &GemmSpec, a: &Vec<f32>, b: &Vec<f32>, bias: Option<&Vec<f32>>, c: &mut Vec<f32>) -> Result<()> {
+        spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
+        self.run(|| {
+            if let Some(bias) = bias {
+                // Seed C with the bias and accumulate the product onto it: one pass over C
+                // instead of a second one after the GEMM.
+                let bias = &bias[..spec.n];
+                for bi in 0..spec.batch {
+                    let co = spec.c.offset + bi * spec.c.batch_stride;
+                    for r in 0..spec.m {
+                        let start = co + r * spec.c.row_stride;
+                        c[start..start + spec.n].copy_from_slice(bias);
+                    }
+                }
+                let accumulate = GemmSpec { beta: 1.0, ..*spec };
+                gemm_raw(&accumulate, a, b, c, true);
+            } else {
+                gemm_raw(spec, a, b, c, true);
+            }
+        });
+        Ok(())
+    }
+
+    fn attention(&self, spec: &AttentionSpec, q: &Vec<f32>, k: &Vec<f32>, v: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
+        spec.validate(q.len(), k.len(), v.len(), out.len())?;
+        self.run(|| attention::attention(spec, q, k, v, out));
+        Ok(())
+    }
+
+    fn layer_norm(
+        &self,
+        x: &Vec<f32>,
+        rows: usize,
+        d: usize,
+        eps: f32,
+        affine: Option<(&Vec<f32>, &Vec<f32>)>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let op = "layer_norm";
+        let total = checked_mul(op, rows, d)?;
+        need(op, "x", x.len(), total)?;
+        need(op, "out", out.len(), total)?;
+        if let Some((w, b)) = affine {
+            need(op, "weight", w.len(), d)?;
+            need(op, "bias", b.len(), d)?;
+        }
+        if d == 0 {
+            return Ok(());
+        }
+        self.run(|| {
+            out[..total].par_chunks_mut(d * ROWS_PER_TASK).zip(x[..total].par_chunks(d * ROWS_PER_TASK)).for_each(|(o, xi)| {
+                for (orow, xrow) in o.chunks_mut(d).zip(xi.chunks(d)) {
+                    let (mean, rstd) = row_stats(xrow, eps);
+                    match affine {
+                        Some((w, b)) => simd::affine_row(xrow, mean, rstd, &w[..d], &b[..d], orow),
+                        None => simd::plain_norm_row(xrow, mean, rstd, orow),
+                    }
+                }
+            })
+        });
+        Ok(())
+    }
+
+    fn adaln_modulate(
+        &self,
+        x: &Vec<f32>,
+        rows: usize,
+        d: usize,
+        eps: f32,
+        modulation: &Vec<f32>,
+        shift_off: usize,
+        scale_off: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let op = "adaln_modulate";
+        let total = checked_mul(op, rows, d)?;
+        need(op, "x", x.len(), total)?;
+        need(op, "out", out.len(), total)?;
+        need(op, "modulation (shift)", modulation.len(), shift_off.saturating_add(d))?;
+        need(op, "modulation (scale)", modulation.len(), scale_off.saturating_add(d))?;
+        if d == 0 {
+            return Ok(());
+        }
+        let shift = &modulation[shift_off..shift_off + d];
+        let scale = &modulation[scale_off..scale_off + d];
+        self.run(|| {
+            out[..total].par_chunks_mut(d * ROWS_PER_TASK).zip(x[..total].par_chunks(d * ROWS_PER_TASK)).for_each(|(o, xi)| {
+                for (orow, xrow) in o.chunks_mut(d).zip(xi.chunks(d)) {
+                    let (mean, rstd) = row_stats(xrow, eps);
+                    simd::modulate_row(xrow, mean, rstd, scale, shift, orow);
+                }
+            })
+        });
+        Ok(())
+    }
+
+    fn gated_add(&self, x: &mut Vec<f32>, y: &Vec<f32>, rows: usize, d: usize, gates: &Vec<f32>, gate_off: usize) -> Result<()> {
+        let op = "gated_add";
+        let total = checked_mul(op, rows, d)?;
+        need(op, "x", x.len(), total)?;
+        need(op, "y", y.len(), total)?;
+        need(op, "gates", gates.len(), gate_off.saturating_add(d))?;
+        if d == 0 {
+            return Ok(());
+        }
+        let g = &gates[gate_off..gate_off + d];
+        self.run(|| {
+            x[..total].par_chunks_mut(d * ROWS_PER_TASK).zip(y[..total].par_chunks(d * ROWS_PER_TASK)).for_each(|(xc, yc)| {
+                for (xr, yr) in xc.chunks_mut(d).zip(yc.chunks(d)) {
+                    simd::gated_add_row(xr, yr, g);
+                }
+            })
+        });
+        Ok(())
+    }
+
+    fn grn(&self, x: &mut Vec<f32>, batch: usize, n: usize, d: usize, gamma: &Vec<f32>, beta: &Vec<f32>, eps: f32) -> Result<()> {
+        let op = "grn";
+        let total = checked_mul(op, checked_mul(op, batch, n)?, d)?;
+        need(op, "x", x.len(), total)?;
+        need(op, "gamma", gamma.len(), d)?;
+        need(op, "beta", beta.len(), d)?;
+        if d == 0 || n == 0 {
+            return Ok(());
+        }
+        self.run(|| {
+            for item in x[..total].chunks_mut(n * d) {
+                // ‖x‖₂ down the sequence for every channel: rows are added in order, so the
+                // reduction is the same whatever the thread count.
+                let mut g = vec![0.0f32; d];
+                for row in item.chunks(d) {
+                    simd::add_squares(&mut g, row);
+                }
+                for v in g.iter_mut() {
+                    *v = v.sqrt();
+                }
+                let mean = simd::sum(&g) / d as f32;
+                let denom = mean + eps;
+                let factor: Vec<f32> = g.iter().map(|&gv| gv / denom).collect();
+                item.par_chunks_mut(d * ROWS_PER_TASK).for_each(|rows| {
+                    for row in rows.chunks_mut(d) {
+                        for (((v, &f), &ga), &be) in row.iter_mut().zip(&factor).zip(&gamma[..d]).zip(&beta[..d]) {
+                            *v = ga * (*v * f) + be + *v;
+                        }
+                    }
+                });
+            }
+        });
+        Ok(())
+    }
+
+    fn split_heads_rope(&self, spec: &RopeSpec, src: &Vec<f32>, cos: &Vec<f32>, sin: &Vec<f32>, dst: &mut Vec<f32>) -> Result<()> {
+        spec.validate(src.len(), cos.len(), sin.len(), dst.len())?;
+        let RopeSpec { batch, n, heads, head_dim: hd, rope_heads, src: rows } = *spec;
+        if batch * n * heads * hd == 0 {
+            return Ok(());
+        }
+        let half = hd / 2;
+        self.run(|| {
+            // One task per (batch, head) output slab [n, hd]: writes are contiguous.
+            dst[..batch * heads * n * hd].par_chunks_mut(n * hd).enumerate().for_each(|(bh, slab)| {
+                let (b, h) = (bh / heads, bh % heads);
+                for (p, out) in slab.chunks_mut(hd).enumerate() {
+                    let start = rows.offset + (b * n + p) * rows.row_stride + h * hd;
+                    let inp = &src[start..start + hd];
+                    if h < rope_heads {
+                        let c = &cos[p * half..(p + 1) * half];
+                        let s = &sin[p * half..(p + 1) * half];
+                        for j in 0..half {
+                            let (x0, x1) = (inp[2 * j], inp[2 * j + 1]);
+                            out[2 * j] = x0 * c[j] - x1 * s[j];
+                            out[2 * j + 1] = x1 * c[j] + x0 * s[j];
+                        }
+                    } else {
+                        out.copy_from_slice(inp);
+                    }
+                }
+            })
+        });
+        Ok(())
+    }
+
+    fn merge_heads(&self, src: &Vec<f32>, batch: usize, n: usize, heads: usize, hd: usize, dst: &mut Vec<f32>) -> Result<()> {
+        let op = "merge_heads";
+        let total = checked_mul(op, checked_mul(op, batch * n, heads)?, hd)?;
+        need(op, "src", src.len(), total)?;
+        need(op, "dst", dst.len(), total)?;
+        if total == 0 {
+            return Ok(());
+        }
+        let width = heads * hd;
+        self.run(|| {
+            dst[..total].par_chunks_mut(width).enumerate().for_each(|(row, out)| {
+                let (b, p) = (row / n, row % n);
+                for h in 0..heads {
+                    let s = ((b * heads + h) * n + p) * hd;
+                    out[h * hd..(h + 1) * hd].copy_from_slice(&src[s..s + hd]);
+                }
+            })
+        });
+        Ok(())
+    }
+
+    fn conv1d(&self, spec: &Conv1dSpec, x: &Vec<f32>, weight: &Vec<f32>, bias: Option<&Vec<f32>>, y: &mut Vec<f32>) -> Result<()> {
+        spec.validate(x.len(), weight.len(), bias.map(|b| b.len()), y.len())?;
+        self.run(|| conv::conv1d(spec, x, weight, bias.map(|b| b.as_slice()), y));
+        Ok(())
+    }
+
+    fn activation(&self, act: Activation, x: &mut Vec<f32>, len: usize) -> Result<()> {
+        need("activation", "x", x.len(), len)?;
+        let f: fn(&mut [f32]) = match act {
+            Activation::GeluErf => simd::map_gelu_erf,
+            Activation::GeluTanh => simd::map_gelu_tanh,
+            Activation::Silu => simd::map_silu,
+            Activation::Mish => simd::map_mish,
+        };
+        self.run(|| x[..len].par_chunks_mut(4096).for_each(f));
+        Ok(())
+    }
+
+    fn cfg_combine(&self, pred: &Vec<f32>, half: usize, strength: f32, out: &mut Vec<f32>) -> Result<()> {
+        let op = "cfg_combine";
+        need(op, "pred", pred.len(), checked_mul(op, half, 2)?)?;
+        need(op, "out", out.len(), half)?;
+        let (c, u) = pred.split_at(half);
+        for ((o, &ci), &ui) in out[..half].iter_mut().zip(c).zip(&u[..half]) {
+            *o = ci + (ci - ui) * strength;
+        }
+        Ok(())
+    }
+
+    fn axpy(&self, a: f32, x: &Vec<f32>, y: &mut Vec<f32>, len: usize) -> Result<()> {
+        need("axpy", "x", x.len(), len)?;
+        need("axpy", "y", y.len(), len)?;
+        self.run(|| y[..len].par_chunks_mut(8192).zip(x[..len].par_chunks(8192)).for_each(|(yc, xc)| simd::axpy(a, xc, yc)));
+        Ok(())
+    }
+
+    fn mask_rows(&self, x: &mut Vec<f32>, rows: usize, d: usize, keep: &Vec<f32>) -> Result<()> {
+        let op = "mask_rows";
+        need(op, "x", x.len(), checked_mul(op, rows, d)?)?;
+        need(op, "keep", keep.len(), rows)?;
+        if d == 0 {
+            return Ok(());
+        }
+        for (row, &k) in x.chunks_mut(d).take(rows).zip(keep) {
+            if k == 0.0 {
+                row.fill(0.0);
+            }
+        }
+        Ok(())
+    }
+
+    fn concat_features(&self, parts: &[(&Vec<f32>, usize)], rows: usize, out: &mut Vec<f32>) -> Result<()> {
+        let op = "concat_features";
+        let width: usize = parts.iter().map(|p| p.1).sum();
+        need(op, "out", out.len(), checked_mul(op, rows, width)?)?;
+        for (i, (p, w)) in parts.iter().enumerate() {
+            need(op, &format!("part {i}"), p.len(), checked_mul(op, rows, *w)?)?;
+        }
+        if width == 0 {
+            return Ok(());
+        }
+        self.run(|| {
+            out[..rows * width].par_chunks_mut(width).enumerate().for_each(|(r, orow)| {
+                let mut at = 0;
+                for (p, w) in parts {
+                    orow[at..at + w].copy_from_slice(&p[r * w..(r + 1) * w]);
+                    at += w;
+                }
+            })
+        });
+        Ok(())
+    }
+
+    fn embedding(&self, table: &Vec<f32>, dim: usize, ids: &[u32], out: &mut Vec<f32>) -> Result<()> {
+        let op = "embedding";
+        need(op, "out", out.len(), checked_mul(op, ids.len(), dim)?)?;
+        let vocab = table.len().checked_div(dim).unwrap_or(0);
+        for (r, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            if id >= vocab {
+                return Err(shape_err(op, format!("id {id} at position {r} is outside the table of {vocab} rows")));
+            }
+            out[r * dim..(r + 1) * dim].copy_from_slice(&table[id * dim..(id + 1) * dim]);
+        }
+        Ok(())
+    }
+
+    fn polar_spectrum(&self, h: &Vec<f32>, frames: usize, bins: usize, mag_max: f32, re: &mut Vec<f32>, im: &mut Vec<f32>) -> Result<()> {
+        let op = "polar_spectrum";
+        let half = checked_mul(op, frames, bins)?;
+        need(op, "h", h.len(), checked_mul(op, half, 2)?)?;
+        need(op, "re", re.len(), half)?;
+        need(op, "im", im.len(), half)?;
+        if bins == 0 {
+            return Ok(());
+        }
+        self.run(|| {
+            re[..half].par_chunks_mut(bins).zip(im[..half].par_chunks_mut(bins)).zip(h[..2 * half].par_chunks(2 * bins)).for_each(
+                |((r, i), hr)| {
+                    let (logmag, phase) = hr.split_at(bins);
+                    for j in 0..bins {
+                        // exp then clip, in that order, as the reference head does: an
+                        // overflowing exp is clipped to the maximum, not NaN.
+                        let mag = logmag[j].exp().min(mag_max);
+                        let (s, c) = phase[j].sin_cos();
+                        r[j] = mag * c;
+                        i[j] = mag * s;
+                    }
+                },
+            )
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,206 @@
+//! The numeric kit of f5: devices, buffers and one method per operation that the F5-TTS DiT and
+//! the Vocos vocoder need.
+//!
+//! Model code is written once, generic over [`Backend`], and runs unchanged on every backend:
+//! [`CpuBackend`] (always available: multi-threaded with rayon, GEMMs through the `gemm` crate)
+//! and, with the `cuda` feature, a CUDA backend whose kernels each have the CPU op as their twin.
+//!
+//! Conventions shared by every op, so that a backend cannot quietly disagree:
+//! - every buffer holds `f32`, row-major; activations are `[rows, features]` with the CFG batch
+//!   stacked along the rows (`[batch·n, d]`), attention tensors are `[batch·heads, n, head_dim]`;
+//! - sizes are passed explicitly and a buffer may be longer than an op needs (scratch is reused
+//!   across utterances of different lengths); an op reads and writes only the prefix or the
+//!   strided window it is told about, and refuses with [`KitError::Shape`] a buffer that is too
+//!   short instead of reading past it;
+//! - outputs never alias inputs unless the op says it works in place.
+//!
+//! ```
+//! use f5_gpukit::{Backend, CpuBackend, Activation};
+//! # fn main() -> Result<(), f5_gpukit::KitError> {
+//! let kit = CpuBackend::new();
+//! let mut x = kit.upload(&[-1.0, 0.0, 1.0])?;
+//! kit.activation(Activation::Silu, &mut x, 3)?;
+//! let y = kit.download(&x)?;
+//! assert!((y[2] - 0.7310586).abs() < 1e-6);
+//! # Ok(()) }
+//! ```
+
+mod cpu;
+mod spec;
+
+pub use cpu::CpuBackend;
+pub use spec::{Activation, AttentionSpec, Conv1dSpec, GemmSpec, MatLayout, RopeSpec, StridedRows};
+
+use std::fmt;
+
+/// Where a model's weights and activations live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// The CPU backend, using the given number of threads (0 = all cores).
+    Cpu { threads: usize },
+    /// A CUDA device by ordinal.
+    Cuda(usize),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu { threads: 0 } => write!(f, "cpu"),
+            Device::Cpu { threads } => write!(f, "cpu ({threads} threads)"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = KitError;
+
+    /// Accepts `cpu`, `cpu:N` (N threads), `cuda` and `cuda:N`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || KitError::Device(format!("unknown device {s:?}: expected cpu, cpu:THREADS, cuda or cuda:ORDINAL"));
+        let (kind, num) = match s.split_once(':') {
+            Some((k, n)) => (k, Some(n.parse::<usize>().map_err(|_| bad())?)),
+            None => (s, None),
+        };
+        match kind {
+            "cpu" => Ok(Device::Cpu { threads: num.unwrap_or(0) }),
+            "cuda" | "gpu" => Ok(Device::Cuda(num.unwrap_or(0))),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Everything an op can refuse.
+#[derive(Debug, thiserror::Error)]
+pub enum KitError {
+    /// An operand is too short for the shape the op was given, or the shape itself is invalid.
+    #[error("{op}: {detail}")]
+    Shape { op: &'static str, detail: String },
+    /// The device could not be opened or failed.
+    #[error("device: {0}")]
+    Device(String),
+    /// Host memory for a buffer of this many f32 could not be reserved.
+    #[error("cannot allocate a buffer of {0} f32 values")]
+    OutOfMemory(usize),
+}
+
+pub type Result<T, E = KitError> = std::result::Result<T, E>;
+
+pub(crate) fn shape_err(op: &'static str, detail: impl Into<String>) -> KitError {
+    KitError::Shape { op, detail: detail.into() }
+}
+
+/// One implementation of every op. See the crate docs for the conventions.
+///
+/// The buffer type is associated rather than boxed so that a model generic over `B: Backend`
+/// compiles to direct calls: dispatch happens once, where the device is chosen.
+pub trait Backend: Send + Sync {
+    /// A device buffer of `f32`.
+    type Buf: Send + Sync;
+
+    fn device(&self) -> Device;
+
+    // ── buffers ────────────────────────────────────────────────────────────────────────────
+    /// A zero-filled buffer of `len` values.
+    fn alloc(&self, len: usize) -> Result<Self::Buf>;
+    fn upload(&self, data: &[f32]) -> Result<Self::Buf>;
+    fn download(&self, buf: &Self::Buf) -> Result<Vec<f32>>;
+    fn len(&self, buf: &Self::Buf) -> usize;
+    /// Host → device into `buf[offset..offset + data.len()]`.
+    fn write(&self, buf: &mut Self::Buf, offset: usize, data: &[f32]) -> Result<()>;
+    /// Device → host from `buf[offset..offset + out.len()]`.
+    fn read(&self, buf: &Self::Buf, offset: usize, out: &mut [f32]) -> Result<()>;
+    /// `dst[dst_off..+len] = src[src_off..+len]`.
+    fn copy(&self, src: &Self::Buf, src_off: usize, dst: &mut Self::Buf, dst_off: usize, len: usize) -> Result<()>;
+    fn fill(&self, buf: &mut Self::Buf, offset: usize, len: usize, value: f32) -> Result<()>;
+
+    // ── linear algebra ─────────────────────────────────────────────────────────────────────
+    /// `C = beta·C + A·B (+ bias)` for `spec.batch` strided matrices; see [`GemmSpec`].
+    fn gemm(&self, spec: &GemmSpec, a: &Self::Buf, b: &Self::Buf, bias: Option<&Self::Buf>, c: &mut Self::Buf) -> Result<()>;
+
+    /// `softmax(q·kᵀ·scale)·v` per `[n, head_dim]` slice of `[batch·heads, n, head_dim]` tensors,
+    /// without ever holding the scores of all heads at once.
+    fn attention(&self, spec: &AttentionSpec, q: &Self::Buf, k: &Self::Buf, v: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
+
+    // ── normalisation and modulation ───────────────────────────────────────────────────────
+    /// LayerNorm over the last axis of `[rows, d]`, with optional affine `(weight, bias)`.
+    fn layer_norm(
+        &self,
+        x: &Self::Buf,
+        rows: usize,
+        d: usize,
+        eps: f32,
+        affine: Option<(&Self::Buf, &Self::Buf)>,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+
+    /// adaLN: `LayerNorm(x)·(1 + scale) + shift` (no affine), with `shift`/`scale` the `d`-vectors
+    /// at `modulation[shift_off..]`/`modulation[scale_off..]`, shared by every row. One fused pass
+    /// instead of norm, multiply and add over the activation.
+    #[allow(clippy::too_many_arguments)]
+    fn adaln_modulate(
+        &self,
+        x: &Self::Buf,
+        rows: usize,
+        d: usize,
+        eps: f32,
+        modulation: &Self::Buf,
+        shift_off: usize,
+        scale_off: usize,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+
+    /// Gated residual, in place: `x[r, :] += gate ⊙ y[r, :]`, `gate = gates[gate_off..gate_off + d]`.
+    #[allow(clippy::too_many_arguments)]
+    fn gated_add(&self, x: &mut Self::Buf, y: &Self::Buf, rows: usize, d: usize, gates: &Self::Buf, gate_off: usize) -> Result<()>;
+
+    /// Global response normalisation of ConvNeXt-V2 over the SEQUENCE axis, in place, for
+    /// `[batch, n, d]`: `G = ‖x‖₂ over n`, `N = G / (mean_d G + eps)`, `x = γ·(x·N) + β + x`.
+    #[allow(clippy::too_many_arguments)]
+    fn grn(&self, x: &mut Self::Buf, batch: usize, n: usize, d: usize, gamma: &Self::Buf, beta: &Self::Buf, eps: f32) -> Result<()>;
+
+    // ── attention plumbing ─────────────────────────────────────────────────────────────────
+    /// `[batch, n, heads·hd]` rows (read through `spec.src`) → `[batch·heads, n, hd]`, rotating
+    /// interleaved pairs `(x[2j], x[2j+1])` by the angle whose cos/sin are `cos[p, j]`/`sin[p, j]`
+    /// (tables `[n, hd/2]`) for the first `spec.rope_heads` heads.
+    fn split_heads_rope(&self, spec: &RopeSpec, src: &Self::Buf, cos: &Self::Buf, sin: &Self::Buf, dst: &mut Self::Buf) -> Result<()>;
+
+    /// `[batch·heads, n, hd]` → `[batch, n, heads·hd]`.
+    #[allow(clippy::too_many_arguments)]
+    fn merge_heads(&self, src: &Self::Buf, batch: usize, n: usize, heads: usize, hd: usize, dst: &mut Self::Buf) -> Result<()>;
+
+    // ── convolution ────────────────────────────────────────────────────────────────────────
+    /// 1-D convolution over the sequence axis of channels-last `[batch, n, c_in]` activations
+    /// with a PyTorch weight `[c_out, c_in/groups, kernel]`: depthwise, grouped or dense.
+    fn conv1d(&self, spec: &Conv1dSpec, x: &Self::Buf, weight: &Self::Buf, bias: Option<&Self::Buf>, y: &mut Self::Buf) -> Result<()>;
+
+    // ── elementwise ────────────────────────────────────────────────────────────────────────
+    /// In place over `x[..len]`.
+    fn activation(&self, act: Activation, x: &mut Self::Buf, len: usize) -> Result<()>;
+
+    /// Classifier-free guidance on a `[2, half]` prediction (conditional row first):
+    /// `out = c + (c − u)·strength`.
+    fn cfg_combine(&self, pred: &Self::Buf, half: usize, strength: f32, out: &mut Self::Buf) -> Result<()>;
+
+    /// `y[..len] += a·x[..len]`.
+    fn axpy(&self, a: f32, x: &Self::Buf, y: &mut Self::Buf, len: usize) -> Result<()>;
+
+    /// Zero the rows of `[rows, d]` whose `keep[r]` is 0, in place.
+    fn mask_rows(&self, x: &mut Self::Buf, rows: usize, d: usize, keep: &Self::Buf) -> Result<()>;
+
+    /// Concatenate `[rows, w_i]` parts along the feature axis into `[rows, Σ w_i]`.
+    fn concat_features(&self, parts: &[(&Self::Buf, usize)], rows: usize, out: &mut Self::Buf) -> Result<()>;
+
+    /// Gather rows of an embedding table `[vocab, dim]` by id into `[ids.len(), dim]`.
+    fn embedding(&self, table: &Self::Buf, dim: usize, ids: &[u32], out: &mut Self::Buf) -> Result<()>;
+
+    /// The Vocos head's polar → cartesian step on `[frames, 2·bins]` (log-magnitudes first, then
+    /// phases): `mag = min(exp(h), mag_max)`, `re = mag·cos(p)`, `im = mag·sin(p)`, each `[frames, bins]`.
+    fn polar_spectrum(&self, h: &Self::Buf, frames: usize, bins: usize, mag_max: f32, re: &mut Self::Buf, im: &mut Self::Buf)
+        -> Result<()>;
+}
+
+/// The README's example, compiled and run as a doctest so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,179 @@
+//! `cargo xtask bench …`: figures for `docs/benchmarks.md`, ours and the reference's measured in
+//! the same run on the same machine. Never asserts on time.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use f5_gpukit::{AttentionSpec, Backend, CpuBackend, GemmSpec};
+use serde_json::Value;
+
+use crate::machine;
+
+/// The DiT's Linear shapes at ~21 s of audio (M = 2000 rows): out/qkv-sized and the FF pair.
+const GEMM_SHAPES: [(usize, usize, usize); 4] = [(2000, 1024, 1024), (2000, 1024, 2048), (2000, 1024, 3072), (2000, 2048, 1024)];
+/// (batch·heads, n, head_dim): one CFG batch of two × 16 heads.
+const ATTENTION_SHAPES: [(usize, usize, usize); 2] = [(32, 1000, 64), (32, 2000, 64)];
+
+struct Opts {
+    threads: usize,
+    min_seconds: f64,
+    write: bool,
+}
+
+pub fn run(root: &Path, args: &[String]) -> Result<()> {
+    let what = args.first().map(String::as_str);
+    let mut opts = Opts { threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1), min_seconds: 0.8, write: true };
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--threads" => opts.threads = it.next().context("--threads needs a number")?.parse()?,
+            "--min-seconds" => opts.min_seconds = it.next().context("--min-seconds needs a number")?.parse()?,
+            "--no-write" => opts.write = false,
+            other => bail!("bench: unknown option {other:?}"),
+        }
+    }
+    match what {
+        Some("kit") => kit(root, &opts),
+        _ => bail!("usage: cargo xtask bench kit [--threads N] [--min-seconds S] [--no-write]"),
+    }
+}
+
+/// Best time of repeated runs after one warm-up: at least 3 runs, then until `min_seconds`
+/// have been spent (at most 50). The minimum is the figure least disturbed by other work.
+fn best_of(min_seconds: f64, mut f: impl FnMut()) -> f64 {
+    f();
+    let (mut best, mut spent, mut reps) = (f64::INFINITY, 0.0, 0);
+    while reps < 3 || (spent < min_seconds && reps < 50) {
+        let t = Instant::now();
+        f();
+        let dt = t.elapsed().as_secs_f64();
+        best = best.min(dt);
+        spent += dt;
+        reps += 1;
+    }
+    best
+}
+
+fn fill(len: usize, seed: u32) -> Vec<f32> {
+    (0..len as u32).map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40503)) % 2001) as f32 / 1000.0 - 1.0).collect()
+}
+
+fn kit(root: &Path, o: &Opts) -> Result<()> {
+    let kit = CpuBackend::with_threads(o.threads)?;
+    let busy = machine::wait_idle(0.10, Duration::from_secs(120));
+    eprintln!("bench kit: {} threads, machine {:.0}% busy before the run", o.threads, busy * 100.0);
+
+    let mut ours_nt = Vec::new();
+    let mut ours_nn = Vec::new();
+    for &(m, k, n) in &GEMM_SHAPES {
+        let a = kit.upload(&fill(m * k, 1))?;
+        let w = kit.upload(&fill(n * k, 2))?;
+        let bias = kit.upload(&fill(n, 3))?;
+        let mut c = kit.alloc(m * n)?;
+        let flop = 2.0 * (m * k * n) as f64;
+        // NT: a PyTorch Linear weight [n, k] used in place, with bias — what the DiT runs.
+        let nt = GemmSpec::linear(m, k, n);
+        let s = best_of(o.min_seconds, || kit.gemm(&nt, &a, &w, Some(&bias), &mut c).expect("gemm"));
+        ours_nt.push(flop / s / 1e9);
+        let nn = GemmSpec { b: f5_gpukit::MatLayout::row_major(n), ..nt };
+        let s = best_of(o.min_seconds, || kit.gemm(&nn, &a, &w, None, &mut c).expect("gemm"));
+        ours_nn.push(flop / s / 1e9);
+        eprintln!("  gemm {m}×{k}×{n}: NT {:.0} GFLOP/s, NN {:.0} GFLOP/s", ours_nt.last().unwrap_or(&0.0), ours_nn.last().unwrap_or(&0.0));
+    }
+    let mut ours_attn = Vec::new();
+    for &(bh, n, d) in &ATTENTION_SHAPES {
+        let len = bh * n * d;
+        let (q, k, v) = (kit.upload(&fill(len, 4))?, kit.upload(&fill(len, 5))?, kit.upload(&fill(len, 6))?);
+        let mut out = kit.alloc(len)?;
+        let spec = AttentionSpec { batch_heads: bh, n, head_dim: d, scale: 0.125 };
+        let s = best_of(o.min_seconds, || kit.attention(&spec, &q, &k, &v, &mut out).expect("attention"));
+        ours_attn.push(s);
+        eprintln!("  attention {bh}×{n}×{d}: {:.0} ms", s * 1e3);
+    }
+
+    let reference = run_reference(root, o).unwrap_or_else(|e| {
+        eprintln!("reference side not measured: {e:#}");
+        Value::Null
+    });
+    let busy_after = machine::busy_fraction();
+
+    let mut md = String::new();
+    writeln!(md, "Machine: {}.", machine::describe())?;
+    writeln!(md, "Command: `cargo xtask bench kit --threads {}` (best of ≥3 runs, ≥{} s per cell; machine {:.0}% busy before, {:.0}% after, measured over 1 s).", o.threads, o.min_seconds, busy * 100.0, busy_after * 100.0)?;
+    if let Some(v) = reference.get("versions") {
+        writeln!(md, "Reference: numpy {}, torch {}.", v["numpy"].as_str().unwrap_or("?"), v["torch"].as_str().unwrap_or("not installed"))?;
+    }
+    writeln!(md)?;
+    writeln!(md, "| f32 GEMM M×K×N | f5-gpukit NT (Linear weight in place, + bias) | f5-gpukit NN | numpy `a @ w.T` | torch `F.linear` | f5 NT / torch |")?;
+    writeln!(md, "|---|---|---|---|---|---|")?;
+    for (i, &(m, k, n)) in GEMM_SHAPES.iter().enumerate() {
+        let key = format!("{m}x{k}x{n}");
+        let np = reference.get("numpy").and_then(|x| x.get(&key)).and_then(Value::as_f64);
+        let th = reference.get("torch").and_then(|x| x.get(&key)).and_then(Value::as_f64);
+        let ratio = th.map(|t| format!("{:.0} %", 100.0 * ours_nt[i] / t)).unwrap_or_else(|| "–".into());
+        writeln!(
+            md,
+            "| {m}×{k}×{n} | {:.0} GFLOP/s | {:.0} GFLOP/s | {} | {} | {ratio} |",
+            ours_nt[i],
+            ours_nn[i],
+            fmt_gf(np),
+            fmt_gf(th)
+        )?;
+    }
+    writeln!(md)?;
+    writeln!(md, "| attention (batch·heads × n × head_dim) | f5-gpukit | torch SDPA | f5 / torch time |")?;
+    writeln!(md, "|---|---|---|---|")?;
+    for (i, &(bh, n, d)) in ATTENTION_SHAPES.iter().enumerate() {
+        let flop = 4.0 * (bh * n * n * d) as f64;
+        let key = format!("{bh}x{n}x{d}");
+        let th = reference.get("torch_sdpa").and_then(|x| x.get(&key)).and_then(|x| x.get("seconds")).and_then(Value::as_f64);
+        let cmp = th.map(|t| format!("{:.2}×", ours_attn[i] / t)).unwrap_or_else(|| "–".into());
+        let th_s = th.map(|t| format!("{:.0} ms ({:.0} GFLOP/s)", t * 1e3, flop / t / 1e9)).unwrap_or_else(|| "–".into());
+        writeln!(md, "| {bh}×{n}×{d} | {:.0} ms ({:.0} GFLOP/s) | {th_s} | {cmp} |", ours_attn[i] * 1e3, flop / ours_attn[i] / 1e9)?;
+    }
+    println!("{md}");
+    if o.write {
+        write_section(&root.join("docs/benchmarks.md"), &format!("kit-{}t", o.threads), &md)?;
+        eprintln!("written to docs/benchmarks.md");
+    }
+    Ok(())
+}
+
+fn fmt_gf(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.0} GFLOP/s")).unwrap_or_else(|| "–".into())
+}
+
+fn run_reference(root: &Path, o: &Opts) -> Result<Value> {
+    let py = crate::reference_python();
+    let shapes: Vec<[usize; 3]> = GEMM_SHAPES.iter().map(|&(m, k, n)| [m, k, n]).collect();
+    let attn: Vec<[usize; 3]> = ATTENTION_SHAPES.iter().map(|&(a, b, c)| [a, b, c]).collect();
+    let out = Command::new(&py)
+        .current_dir(root)
+        .arg("xtask/bench/kit_reference.py")
+        .args(["--threads", &o.threads.to_string()])
+        .args(["--shapes", &serde_json::to_string(&shapes)?])
+        .args(["--attention", &serde_json::to_string(&attn)?])
+        .args(["--min-seconds", &o.min_seconds.to_string()])
+        .output()
+        .with_context(|| format!("cannot run {py}; set F5_REF_PYTHON to a python with numpy and torch"))?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// Replaces the text between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->` (appending the
+/// pair if absent), so hand-written prose around the tables survives a re-run.
+pub fn write_section(path: &Path, name: &str, body: &str) -> Result<()> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
+    let (open, close) = (format!("<!-- bench:{name} -->"), format!("<!-- /bench:{name} -->"));
+    let block = format!("{open}\n{body}\n{close}");
+    let new = match (text.find(&open), text.find(&close)) {
+        (Some(a), Some(b)) if b > a => format!("{}{}{}", &text[..a], block, &text[b + close.len()..]),
+        _ => format!("{}\n{}\n", text.trim_end(), block),
+    };
+    std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))
+}

@@ -1,0 +1,74 @@
+//! `cargo xtask …`: the project's chores, in Rust so they run wherever cargo does.
+//!
+//! - `fixtures [--full-size]`: regenerate `fixtures/` with the reference Python implementation.
+//! - `bench kit [--threads N] [--reps N] [--no-write]`: kit GEMM and attention vs numpy/PyTorch,
+//!   written into `docs/benchmarks.md`.
+
+mod bench;
+mod machine;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+const HELP: &str = "\
+cargo xtask <command>
+
+commands:
+  fixtures [--full-size]        regenerate fixtures/ with the reference implementation
+                                (needs F5_REF_PYTHON: a python with torch, f5-tts==1.1.22, vocos==0.1.0;
+                                --full-size also writes full-size random checkpoints to target/refmodels)
+  bench kit [--threads N] [--reps N] [--no-write]
+                                f5-gpukit GEMM + attention vs numpy and PyTorch in the same run;
+                                writes the table into docs/benchmarks.md unless --no-write
+";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = repo_root()?;
+    match args.first().map(String::as_str) {
+        Some("fixtures") => fixtures(&root, &args[1..]),
+        Some("bench") => bench::run(&root, &args[1..]),
+        Some("help") | Some("--help") | Some("-h") | None => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => bail!("unknown xtask command {other:?}\n\n{HELP}"),
+    }
+}
+
+fn repo_root() -> Result<PathBuf> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(Path::to_path_buf).context("xtask has no parent directory")
+}
+
+/// The Python that has the reference implementation installed.
+pub fn reference_python() -> String {
+    std::env::var("F5_REF_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+fn fixtures(root: &Path, args: &[String]) -> Result<()> {
+    let py = reference_python();
+    let mut cmd = Command::new(&py);
+    cmd.current_dir(root).arg("fixtures/generate.py").args(["--out", "fixtures", "--refmodels", "target/refmodels"]);
+    for a in args {
+        match a.as_str() {
+            "--full-size" => {
+                cmd.arg("--full-size");
+            }
+            other => bail!("fixtures: unknown option {other:?}"),
+        }
+    }
+    let status = cmd.status().with_context(|| format!("cannot run {py} (set F5_REF_PYTHON to the reference venv's python)"))?;
+    if !status.success() {
+        bail!("fixtures/generate.py failed ({status})");
+    }
+    if root.join("fixtures/text/generate.py").exists() {
+        let status = Command::new(&py).current_dir(root).arg("fixtures/text/generate.py").status()?;
+        if !status.success() {
+            bail!("fixtures/text/generate.py failed ({status})");
+        }
+    }
+    Ok(())
+}
