@@ -1,0 +1,301 @@
+//! Decoding audio files to float samples the way `torchaudio.load` returns them, and to the
+//! integer PCM view pydub works on.
+//!
+//! WAV goes through hound (integer PCM 8/16/24/32-bit, 32-bit float, WAVE_FORMAT_EXTENSIBLE);
+//! anything hound cannot read, and MP3/FLAC/Ogg Vorbis, goes through symphonia. Integer samples
+//! become `x / 2^(bits-1)` (8-bit WAV is unsigned and is centred first), which is what torchaudio's
+//! backends produce: the scale is a power of two, so the conversion is exact.
+
+use std::io::Cursor;
+use std::path::Path;
+
+use symphonia::core::audio::GenericAudioBufferRef;
+use symphonia::core::codecs::audio::AudioDecoderOptions;
+use symphonia::core::errors::Error as SymphoniaError;
+use symphonia::core::formats::probe::Hint;
+use symphonia::core::formats::{FormatOptions, TrackType};
+use symphonia::core::io::MediaSourceStream;
+use symphonia::core::meta::MetadataOptions;
+
+use crate::error::{AudioError, Result};
+use crate::resample::MAX_SAMPLE_RATE;
+
+/// More channels than this in a reference clip means a corrupt header, not real audio.
+pub const MAX_CHANNELS: u32 = 64;
+/// Upper bound on decoded samples (all channels) so a lying header or a decompression bomb
+/// cannot exhaust memory: 2^30 samples is over 6 hours of 48 kHz stereo.
+pub const MAX_DECODED_SAMPLES: u64 = 1 << 30;
+
+/// How the samples were stored in the source file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleEncoding {
+    /// Signed (or, for 8-bit WAV, unsigned) integers of this many bits.
+    Int { bits: u16 },
+    /// IEEE floats of this many bits.
+    Float { bits: u16 },
+    /// A lossy codec (MP3, Vorbis) whose decoder yields floats.
+    Lossy,
+}
+
+/// Decoded audio, one `Vec` per channel, samples in [-1, 1] for integer sources.
+#[derive(Debug, Clone)]
+pub struct DecodedAudio {
+    pub sample_rate: u32,
+    pub channels: Vec<Vec<f32>>,
+    pub encoding: SampleEncoding,
+    /// Integer samples exactly as stored, interleaved, for integer WAV sources. pydub's silence
+    /// logic needs the integers (its RMS truncates to an integer).
+    pub(crate) wav_ints: Option<Vec<i32>>,
+}
+
+impl DecodedAudio {
+    pub fn channel_count(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Frames (samples per channel).
+    pub fn len(&self) -> usize {
+        self.channels.first().map_or(0, Vec::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `torch.mean(audio, dim=0)`: the per-frame mean over channels (a copy for mono).
+    pub fn to_mono(&self) -> Vec<f32> {
+        mix_to_mono(&self.channels)
+    }
+}
+
+/// Mean over channels per frame. With two channels this is `(a + b) / 2` rounded once, which is
+/// what torch's float32 mean yields.
+pub fn mix_to_mono(channels: &[Vec<f32>]) -> Vec<f32> {
+    match channels {
+        [] => Vec::new(),
+        [only] => only.clone(),
+        _ => {
+            let n = channels.iter().map(Vec::len).min().unwrap_or(0);
+            let count = channels.len() as f64;
+            (0..n)
+                .map(|i| {
+                    let sum: f64 = channels.iter().map(|c| f64::from(c[i])).sum();
+                    (sum / count) as f32
+                })
+                .collect()
+        }
+    }
+}
+
+/// Reads and decodes an audio file.
+pub fn decode_file(path: &Path) -> Result<DecodedAudio> {
+    let bytes = std::fs::read(path).map_err(|source| AudioError::Io { path: path.to_path_buf(), source })?;
+    let ext = path.extension().and_then(|e| e.to_str());
+    decode_bytes(&bytes, &path.display().to_string(), ext)
+}
+
+/// Decodes an in-memory file. `what` names it in errors; `extension` is a format hint.
+pub fn decode_bytes(bytes: &[u8], what: &str, extension: Option<&str>) -> Result<DecodedAudio> {
+    if bytes.is_empty() {
+        return Err(AudioError::EmptyInput { what: what.to_string() });
+    }
+    let decoded = if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
+        match decode_wav_hound(bytes, what) {
+            Ok(d) => d,
+            // hound refuses some valid layouts (64-bit float, odd chunk orders); symphonia may not.
+            Err(AudioError::UnsupportedFormat { .. }) => decode_symphonia(bytes, what, Some("wav"))?,
+            Err(e) => return Err(e),
+        }
+    } else {
+        decode_symphonia(bytes, what, extension)?
+    };
+    validate(&decoded, what)?;
+    Ok(decoded)
+}
+
+fn validate(d: &DecodedAudio, what: &str) -> Result<()> {
+    let channels = d.channels.len() as u32;
+    if channels == 0 || channels > MAX_CHANNELS {
+        return Err(AudioError::BadChannelCount { what: what.to_string(), channels, max: MAX_CHANNELS });
+    }
+    check_rate(d.sample_rate, what)?;
+    if d.is_empty() {
+        return Err(AudioError::NoSamples { what: what.to_string() });
+    }
+    let frames = d.len();
+    for (c, ch) in d.channels.iter().enumerate() {
+        if ch.len() != frames {
+            return Err(AudioError::ChannelMismatch {
+                detail: format!("{what}: channel {c} has {} samples, channel 0 has {frames}", ch.len()),
+            });
+        }
+        if let Some(i) = ch.iter().position(|x| !x.is_finite()) {
+            return Err(AudioError::NonFiniteSample { what: format!("{what} (channel {c})"), index: i });
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn check_rate(rate: u32, what: &str) -> Result<()> {
+    if rate == 0 || rate > MAX_SAMPLE_RATE {
+        return Err(AudioError::BadSampleRate { what: what.to_string(), rate: u64::from(rate), max: MAX_SAMPLE_RATE });
+    }
+    Ok(())
+}
+
+fn hound_error(e: hound::Error, what: &str) -> AudioError {
+    match e {
+        hound::Error::Unsupported => {
+            AudioError::UnsupportedFormat { what: what.to_string(), detail: "hound cannot read this WAV layout".into() }
+        }
+        hound::Error::FormatError(m) if m.contains("zero channels") => {
+            AudioError::BadChannelCount { what: what.to_string(), channels: 0, max: MAX_CHANNELS }
+        }
+        other => AudioError::NotAudio { what: what.to_string(), detail: other.to_string() },
+    }
+}
+
+fn decode_wav_hound(bytes: &[u8], what: &str) -> Result<DecodedAudio> {
+    let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| hound_error(e, what))?;
+    let spec = reader.spec();
+    let n_ch = u32::from(spec.channels);
+    if n_ch == 0 || n_ch > MAX_CHANNELS {
+        return Err(AudioError::BadChannelCount { what: what.to_string(), channels: n_ch, max: MAX_CHANNELS });
+    }
+    check_rate(spec.sample_rate, what)?;
+    let n_ch = n_ch as usize;
+    let mut channels: Vec<Vec<f32>> = vec![Vec::new(); n_ch];
+    let mut ints = None;
+    let encoding = match spec.sample_format {
+        hound::SampleFormat::Float => {
+            if spec.bits_per_sample != 32 {
+                return Err(AudioError::UnsupportedFormat {
+                    what: what.to_string(),
+                    detail: format!("{}-bit float WAV", spec.bits_per_sample),
+                });
+            }
+            for (i, s) in reader.into_samples::<f32>().enumerate() {
+                let s = s.map_err(|e| hound_error(e, what))?;
+                channels[i % n_ch].push(s);
+            }
+            SampleEncoding::Float { bits: 32 }
+        }
+        hound::SampleFormat::Int => {
+            let bits = spec.bits_per_sample;
+            if !(matches!(bits, 8 | 16 | 24 | 32)) {
+                return Err(AudioError::UnsupportedFormat { what: what.to_string(), detail: format!("{bits}-bit integer WAV") });
+            }
+            // Power-of-two scale: exact in f32 for every bit depth.
+            let scale = 1.0f64 / f64::from(1u32 << (bits - 1));
+            let mut raw = Vec::new();
+            for (i, s) in reader.into_samples::<i32>().enumerate() {
+                let s = s.map_err(|e| hound_error(e, what))?;
+                channels[i % n_ch].push((f64::from(s) * scale) as f32);
+                raw.push(s);
+            }
+            ints = Some(raw);
+            SampleEncoding::Int { bits }
+        }
+    };
+    // A truncated final frame (fewer samples than channels) is dropped, as decoders do.
+    let frames = channels.iter().map(Vec::len).min().unwrap_or(0);
+    for ch in &mut channels {
+        ch.truncate(frames);
+    }
+    if let Some(raw) = ints.as_mut() {
+        raw.truncate(frames * n_ch);
+    }
+    Ok(DecodedAudio { sample_rate: spec.sample_rate, channels, encoding, wav_ints: ints })
+}
+
+fn not_audio(what: &str, e: SymphoniaError) -> AudioError {
+    AudioError::NotAudio { what: what.to_string(), detail: e.to_string() }
+}
+
+fn decode_symphonia(bytes: &[u8], what: &str, extension: Option<&str>) -> Result<DecodedAudio> {
+    let mss = MediaSourceStream::new(Box::new(Cursor::new(bytes.to_vec())), Default::default());
+    let mut hint = Hint::new();
+    if let Some(ext) = extension {
+        hint.with_extension(ext);
+    }
+    let mut format = symphonia::default::get_probe()
+        .probe(&hint, mss, FormatOptions::default(), MetadataOptions::default())
+        .map_err(|e| not_audio(what, e))?;
+    let track = format
+        .default_track(TrackType::Audio)
+        .ok_or_else(|| AudioError::NotAudio { what: what.to_string(), detail: "no audio track".into() })?;
+    let track_id = track.id;
+    let params = track
+        .codec_params
+        .as_ref()
+        .and_then(|p| p.audio())
+        .ok_or_else(|| AudioError::NotAudio { what: what.to_string(), detail: "track has no audio parameters".into() })?
+        .clone();
+    let mut decoder = symphonia::default::get_codecs()
+        .make_audio_decoder(&params, &AudioDecoderOptions::default())
+        .map_err(|e| AudioError::UnsupportedFormat { what: what.to_string(), detail: e.to_string() })?;
+
+    let mut channels: Vec<Vec<f32>> = Vec::new();
+    let mut rate = params.sample_rate.unwrap_or(0);
+    let mut encoding = SampleEncoding::Lossy;
+    let mut total: u64 = 0;
+    let mut interleaved: Vec<f32> = Vec::new();
+    loop {
+        let packet = match format.next_packet() {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            // A truncated stream ends the audio, like ffmpeg does; other errors are real.
+            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(not_audio(what, e)),
+        };
+        if packet.track_id != track_id {
+            continue;
+        }
+        let buf = match decoder.decode(&packet) {
+            Ok(b) => b,
+            // Corrupt frames are skipped (ffmpeg conceals them too).
+            Err(SymphoniaError::DecodeError(_)) => continue,
+            Err(e) => return Err(not_audio(what, e)),
+        };
+        let n_ch = buf.spec().channels().count();
+        if n_ch == 0 || n_ch as u32 > MAX_CHANNELS {
+            return Err(AudioError::BadChannelCount { what: what.to_string(), channels: n_ch as u32, max: MAX_CHANNELS });
+        }
+        if channels.is_empty() {
+            channels = vec![Vec::new(); n_ch];
+            rate = buf.spec().rate();
+            encoding = encoding_of(&buf, &params);
+        } else if channels.len() != n_ch {
+            return Err(AudioError::ChannelMismatch {
+                detail: format!("{what}: channel count changed from {} to {n_ch} mid-stream", channels.len()),
+            });
+        }
+        total += buf.samples_interleaved() as u64;
+        if total > MAX_DECODED_SAMPLES {
+            return Err(AudioError::TooLong { what: what.to_string(), samples: total, limit: MAX_DECODED_SAMPLES });
+        }
+        interleaved.clear();
+        buf.copy_to_vec_interleaved(&mut interleaved);
+        for (i, &s) in interleaved.iter().enumerate() {
+            channels[i % n_ch].push(s);
+        }
+    }
+    if channels.is_empty() {
+        return Err(AudioError::NoSamples { what: what.to_string() });
+    }
+    Ok(DecodedAudio { sample_rate: rate, channels, encoding, wav_ints: None })
+}
+
+fn encoding_of(buf: &GenericAudioBufferRef<'_>, params: &symphonia::core::codecs::audio::AudioCodecParameters) -> SampleEncoding {
+    let bits = params.bits_per_sample.map(|b| b as u16);
+    match buf {
+        GenericAudioBufferRef::F32(_) | GenericAudioBufferRef::F64(_) => match bits {
+            Some(b) if b == 32 || b == 64 => SampleEncoding::Float { bits: b },
+            _ => SampleEncoding::Lossy,
+        },
+        GenericAudioBufferRef::U8(_) | GenericAudioBufferRef::S8(_) => SampleEncoding::Int { bits: bits.unwrap_or(8) },
+        GenericAudioBufferRef::U16(_) | GenericAudioBufferRef::S16(_) => SampleEncoding::Int { bits: bits.unwrap_or(16) },
+        GenericAudioBufferRef::U24(_) | GenericAudioBufferRef::S24(_) => SampleEncoding::Int { bits: bits.unwrap_or(24) },
+        GenericAudioBufferRef::U32(_) | GenericAudioBufferRef::S32(_) => SampleEncoding::Int { bits: bits.unwrap_or(32) },
+    }
+}

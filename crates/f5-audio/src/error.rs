@@ -1,0 +1,44 @@
+use std::path::PathBuf;
+
+/// Every way audio input or processing can fail. Messages name the offending file, field or value
+/// so a user can tell a broken input from a bug.
+#[derive(Debug, thiserror::Error)]
+pub enum AudioError {
+    #[error("cannot read audio file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("audio input {what} is empty (0 bytes)")]
+    EmptyInput { what: String },
+    #[error("audio input {what} is not a decodable audio file: {detail}")]
+    NotAudio { what: String, detail: String },
+    #[error("audio input {what} has an unsupported sample format: {detail}")]
+    UnsupportedFormat { what: String, detail: String },
+    #[error("audio input {what} declares {channels} channels; expected 1 to {max}")]
+    BadChannelCount { what: String, channels: u32, max: u32 },
+    #[error("sample rate {rate} Hz ({what}) is outside the supported range 1..={max} Hz")]
+    BadSampleRate { what: String, rate: u64, max: u32 },
+    #[error("audio input {what} contains no samples")]
+    NoSamples { what: String },
+    #[error("audio input {what} has a non-finite sample (NaN or infinity) at index {index}")]
+    NonFiniteSample { what: String, index: usize },
+    #[error("audio input {what} is too long: {samples} samples exceeds the limit of {limit}")]
+    TooLong { what: String, samples: u64, limit: u64 },
+    #[error(
+        "waveform of {len} samples is too short for the mel spectrogram: reflect padding of {pad} \
+         samples needs at least {min} samples"
+    )]
+    TooShortForMel { len: usize, pad: usize, min: usize },
+    #[error("resampling {from} Hz to {to} Hz of {len} samples would produce {out} samples, over the limit of {limit}")]
+    ResampleTooLarge { from: u32, to: u32, len: usize, out: u64, limit: u64 },
+    #[error("channel layout mismatch: {detail}")]
+    ChannelMismatch { detail: String },
+    #[error("FFT failed: {0}")]
+    Fft(String),
+    #[error("cannot write WAV file {path}: {detail}")]
+    WavWrite { path: PathBuf, detail: String },
+}
+
+pub type Result<T> = std::result::Result<T, AudioError>;
