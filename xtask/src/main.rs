@@ -1,8 +1,9 @@
 //! `cargo xtask …`: the project's chores, in Rust so they run wherever cargo does.
 //!
 //! - `fixtures [--full-size]`: regenerate `fixtures/` with the reference Python implementation.
-//! - `bench kit [--threads N] [--reps N] [--no-write]`: kit GEMM and attention vs numpy/PyTorch,
-//!   written into `docs/benchmarks.md`.
+//! - `pinyin-table`: regenerate f5-text's compressed pinyin table from pypinyin.
+//! - `bench kit [--threads N] [--min-seconds S] [--no-write]`: kit GEMM and attention vs
+//!   numpy/PyTorch, written into `docs/benchmarks.md`.
 
 mod bench;
 mod machine;
@@ -19,7 +20,9 @@ commands:
   fixtures [--full-size]        regenerate fixtures/ with the reference implementation
                                 (needs F5_REF_PYTHON: a python with torch, f5-tts==1.1.22, vocos==0.1.0;
                                 --full-size also writes full-size random checkpoints to target/refmodels)
-  bench kit [--threads N] [--reps N] [--no-write]
+  pinyin-table                  regenerate crates/f5-text/data/pinyin-table.zlib from the reference
+                                environment's pypinyin (needs F5_REF_PYTHON)
+  bench kit [--threads N] [--min-seconds S] [--no-write]
                                 f5-gpukit GEMM + attention vs numpy and PyTorch in the same run;
                                 writes the table into docs/benchmarks.md unless --no-write
 ";
@@ -30,6 +33,7 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("fixtures") => fixtures(&root, &args[1..]),
         Some("bench") => bench::run(&root, &args[1..]),
+        Some("pinyin-table") => run_python(&root, &["crates/f5-text/tools/gen_pinyin_table.py", "--out-dir", "crates/f5-text/data"]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{HELP}");
             Ok(())
@@ -48,6 +52,15 @@ pub fn reference_python() -> String {
     std::env::var("F5_REF_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }
 
+fn run_python(root: &Path, args: &[&str]) -> Result<()> {
+    let py = reference_python();
+    let status = Command::new(&py).current_dir(root).args(args).status().with_context(|| format!("cannot run {py} (set F5_REF_PYTHON)"))?;
+    if !status.success() {
+        bail!("{} failed ({status})", args.first().copied().unwrap_or("python"));
+    }
+    Ok(())
+}
+
 fn fixtures(root: &Path, args: &[String]) -> Result<()> {
     let py = reference_python();
     let mut cmd = Command::new(&py);
@@ -64,11 +77,6 @@ fn fixtures(root: &Path, args: &[String]) -> Result<()> {
     if !status.success() {
         bail!("fixtures/generate.py failed ({status})");
     }
-    if root.join("fixtures/text/generate.py").exists() {
-        let status = Command::new(&py).current_dir(root).arg("fixtures/text/generate.py").status()?;
-        if !status.success() {
-            bail!("fixtures/text/generate.py failed ({status})");
-        }
-    }
-    Ok(())
+    // The text goldens read fixtures/vocab.txt, which the main generator has just written.
+    run_python(root, &["fixtures/text/generate.py"])
 }
