@@ -1,0 +1,242 @@
+//! `f5`: F5-TTS zero-shot text-to-speech. Every failure ends as one readable line on stderr and
+//! a non-zero exit status.
+
+mod npy;
+mod resolve;
+mod synth_cmd;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "f5",
+    version,
+    about = "F5-TTS zero-shot text-to-speech: a short recording of a voice, its transcript and new text in; the new text spoken in that voice out."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Speak a text in the voice of a reference recording.
+    Synth(Box<synth_cmd::SynthArgs>),
+    /// Turn a log-mel spectrogram into 24 kHz audio with Vocos.
+    Vocode(VocodeArgs),
+    /// Inspect model files.
+    #[command(subcommand)]
+    Models(ModelsCommand),
+    /// Print the model's token ids for each line of a text file, one line of ids per line, exactly
+    /// as the reference front end (convert_char_to_pinyin + vocab) produces them.
+    Tokens {
+        /// The vocab.txt that belongs to the checkpoint.
+        vocab: PathBuf,
+        /// A UTF-8 text file ("-" for standard input).
+        file: PathBuf,
+        /// Print the tokens (pinyin/characters) instead of ids.
+        #[arg(long)]
+        show_tokens: bool,
+    },
+    /// Split a text into the chunks synthesis would generate one at a time (the reference's
+    /// sentence split and UTF-8 byte budget), one chunk per line.
+    Chunks {
+        /// A UTF-8 text file ("-" for standard input).
+        file: PathBuf,
+        /// Byte budget per chunk.
+        #[arg(long = "max", default_value_t = 135)]
+        max_bytes: usize,
+    },
+    /// Compute the log-mel the model is conditioned on for a reference recording: mono, RMS raised
+    /// to 0.1 if quieter, resampled to 24 kHz, F5's mel. Written as float32 [frames, 100].
+    Mel {
+        /// A wav, mp3, flac or ogg file.
+        input: PathBuf,
+        /// Output .npy.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Skip the RMS raise (the mel of the recording as it is).
+        #[arg(long)]
+        raw: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct VocodeArgs {
+    /// The Vocos vocoder: a directory with pytorch_model.bin (+ config.yaml), or the weights file.
+    #[arg(long)]
+    vocoder: PathBuf,
+    /// A log-mel .npy, float32 [frames, 100] (what `f5 mel` and `f5 synth --save-mel` write).
+    input: PathBuf,
+    /// Output .wav (16-bit PCM) or .npy (float32 samples at 24 kHz).
+    #[arg(short, long)]
+    output: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum ModelsCommand {
+    /// Container, key prefix, architecture, parameter count and dtype of a checkpoint.
+    Inspect {
+        /// A .safetensors, .pt or .bin file.
+        path: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("f5: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Synth(args) => synth_cmd::run(*args),
+        Command::Models(ModelsCommand::Inspect { path, json }) => inspect(&path, json),
+        Command::Tokens { vocab, file, show_tokens } => tokens(&vocab, &file, show_tokens),
+        Command::Chunks { file, max_bytes } => {
+            for chunk in f5_text::chunk_text(&read_text(&file)?, max_bytes) {
+                println!("{chunk}");
+            }
+            Ok(())
+        }
+        Command::Mel { input, output, raw } => mel(&input, &output, raw),
+        Command::Vocode(a) => vocode(&a),
+    }
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("cannot read standard input as UTF-8")?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {} as UTF-8 text", path.display()))
+}
+
+fn tokens(vocab: &Path, file: &Path, show_tokens: bool) -> Result<()> {
+    let vocab = f5_text::Vocab::load(vocab)?;
+    let text = read_text(file)?;
+    let mut out = String::new();
+    for line in text.lines() {
+        let toks = f5_text::to_tokens(line)?;
+        if show_tokens {
+            out.push_str(&serde_json::to_string(&toks)?);
+        } else {
+            let ids: Vec<String> = vocab.ids(&toks).iter().map(u32::to_string).collect();
+            out.push_str(&ids.join(" "));
+        }
+        out.push('\n');
+    }
+    print!("{out}");
+    Ok(())
+}
+
+fn mel(input: &Path, output: &Path, raw: bool) -> Result<()> {
+    let audio = f5_audio::decode_file(input)?;
+    let wave = if raw { f5_audio::resample_to_24k(&audio.to_mono(), audio.sample_rate)? } else { f5_audio::prepare_reference(&audio)?.0 };
+    let mel = f5_audio::MelSpectrogram::new().log_mel(&wave)?;
+    let frames = mel.len() / f5_audio::mel::N_MELS;
+    npy::write_f32(output, &[frames as u64, f5_audio::mel::N_MELS as u64], &mel)?;
+    eprintln!("{}: {frames} frames ({:.2} s at 24 kHz) → {}", input.display(), wave.len() as f64 / 24_000.0, output.display());
+    Ok(())
+}
+
+fn vocode(a: &VocodeArgs) -> Result<()> {
+    let (shape, mel) = npy::read_f32(&a.input)?;
+    let vocos = f5_vocos::Vocos::open(resolve::vocoder(&a.vocoder)?, f5_gpukit::CpuBackend::new())?;
+    let channels = vocos.config().mel_channels as u64;
+    let frames = match shape.as_slice() {
+        [f, c] if *c == channels => *f as usize,
+        [c, f] if *c == channels => bail!(
+            "{}: shape {shape:?} looks like [channels, frames]; f5 reads mels as [frames, {channels}] (transpose it)",
+            a.input.display()
+        ),
+        _ => bail!("{}: shape {shape:?}, expected [frames, {channels}]", a.input.display()),
+    };
+    let wave = vocos.decode(&mel, frames)?;
+    match a.output.extension().and_then(|e| e.to_str()) {
+        Some("npy") => npy::write_f32(&a.output, &[wave.len() as u64], &wave)?,
+        Some("wav") => {
+            let mut w: Vec<f64> = wave.iter().map(|&v| v as f64).collect();
+            f5_audio::level::limit_peak_f64(&mut w, 1.0);
+            f5_audio::output::write_wav_pcm16(&a.output, &w, 24_000)?;
+        }
+        _ => bail!("{}: the output must end in .wav or .npy", a.output.display()),
+    }
+    eprintln!("{}: {frames} frames → {:.2} s → {}", a.input.display(), wave.len() as f64 / 24_000.0, a.output.display());
+    Ok(())
+}
+
+fn inspect(path: &Path, json: bool) -> Result<()> {
+    let ckpt = f5_torchpt::Checkpoint::open(path)?;
+    let container = match ckpt.format() {
+        f5_torchpt::Format::Safetensors => "safetensors",
+        f5_torchpt::Format::TorchZip => "pytorch",
+    };
+    let c = match f5_dit::F5Config::infer(&ckpt, path, &f5_dit::Overrides::default()) {
+        Ok(c) => c,
+        Err(e) => bail!("{} is not an F5-TTS checkpoint this version can read: {e}", path.display()),
+    };
+    let dtype = ckpt
+        .meta(&format!("{}time_embed.time_mlp.0.weight", c.prefix))
+        .map(|m| format!("{:?}", m.dtype()).to_lowercase())
+        .unwrap_or_else(|_| "unknown".into());
+    let variant = c.variant().map_or("mixed", |v| v.name());
+    let source = match &c.source {
+        f5_dit::TraitSource::Yaml(p) => format!("config {}", p.display()),
+        f5_dit::TraitSource::Overrides => "explicit options".into(),
+        f5_dit::TraitSource::Default => "defaults (no matching training config beside the file)".into(),
+    };
+    if json {
+        let v = serde_json::json!({
+            "kind": "f5",
+            "container": container,
+            "prefix": c.prefix,
+            "dim": c.dim,
+            "depth": c.depth,
+            "heads": c.heads,
+            "dim_head": c.dim_head,
+            "ff_mult": c.ff_mult(),
+            "text_dim": c.text_dim,
+            "text_vocab": c.text_rows,
+            "conv_layers": c.conv_layers,
+            "mel_dim": c.mel_dim,
+            "variant": variant,
+            "text_mask_padding": c.text_mask_padding,
+            "pe_attn_head": c.pe_attn_head,
+            "params": c.params,
+            "dtype": dtype,
+            "traits_from": source,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("{}: F5-TTS DiT, {container}, prefix `{}`", path.display(), c.prefix);
+        println!(
+            "  dim {} × depth {}, {} heads of {}, ff ×{}, text dim {} ({} embedding rows), {} ConvNeXt blocks, {} mel channels",
+            c.dim,
+            c.depth,
+            c.heads,
+            c.dim_head,
+            c.ff_mult(),
+            c.text_dim,
+            c.text_rows,
+            c.conv_layers,
+            c.mel_dim
+        );
+        println!("  variant {variant} (heads and traits from {source})");
+        println!("  {} parameters, {dtype}", c.params);
+    }
+    Ok(())
+}

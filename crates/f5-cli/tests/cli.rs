@@ -1,0 +1,127 @@
+//! The `f5` binary end to end on the fixtures: what a user types, what they get back.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+fn f5(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_f5")).args(args).current_dir(fixtures()).output().expect("run f5");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("f5-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn synth_writes_a_wav_matching_the_reference_length() {
+    let out = tmp("out.wav");
+    let report = tmp("report.json");
+    let (ok, _, err) = f5(&[
+        "synth",
+        "-m",
+        "models/f5-tiny-v1",
+        "--vocab",
+        "vocab.txt",
+        "--vocoder",
+        "models/vocos-tiny",
+        "--ref",
+        "audio/ref_22050.wav",
+        "--ref-text",
+        "The birch canoe slid on the smooth planks.",
+        "-t",
+        "Hello world, this is a tiny test.",
+        "--nfe",
+        "8",
+        "--seed",
+        "42",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+        "--report-json",
+        report.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("seed 42") && err.contains("RTF"), "summary line: {err}");
+    let wav = hound::WavReader::open(&out).unwrap();
+    assert_eq!((wav.spec().sample_rate, wav.spec().channels, wav.spec().bits_per_sample), (24_000, 1, 16));
+    // infer_process made 31232 samples for the same inputs (fixtures/goldens/infer_tiny_v1_seed42.npy).
+    assert_eq!(wav.len(), 31_232);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["seed"], 42);
+    assert_eq!(r["chunks"][0]["frames"], 287);
+}
+
+#[test]
+fn models_inspect_reads_the_architecture() {
+    let (ok, out, err) = f5(&["models", "inspect", "models/f5-tiny-v0/model.pt", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["container"], "pytorch");
+    assert_eq!(v["variant"], "v0");
+    assert_eq!(v["heads"], 2);
+    assert_eq!(v["dim_head"], 32);
+    assert_eq!(v["depth"], 1);
+    assert_eq!(v["text_vocab"], 2546);
+    let (ok, out, _) = f5(&["models", "inspect", "models/f5-tiny-v1/model.safetensors", "--json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["container"].as_str(), v["variant"].as_str(), v["prefix"].as_str()),
+        (Some("safetensors"), Some("v1"), Some("ema_model.transformer."))
+    );
+}
+
+#[test]
+fn failures_are_one_line_and_non_zero() {
+    for args in [
+        vec!["models", "inspect", "malicious/evil_reduce.pt"],
+        vec!["models", "inspect", "does-not-exist.safetensors"],
+        vec!["mel", "vocab.txt", "-o", "/dev/null"],
+        vec![
+            "synth",
+            "-m",
+            "models/f5-tiny-v1",
+            "--vocab",
+            "vocab.txt",
+            "--vocoder",
+            "models/vocos-tiny",
+            "--ref",
+            "audio/ref_22050.wav",
+            "--ref-text",
+            "x",
+            "-t",
+            " ",
+            "-o",
+            "/tmp/never.wav",
+        ],
+    ] {
+        let (ok, _, err) = f5(&args);
+        assert!(!ok, "{args:?} succeeded");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("f5: error: "), "{err}");
+    }
+    let (_, _, err) = f5(&["models", "inspect", "malicious/evil_reduce.pt"]);
+    assert!(err.contains("posix.system"), "{err}");
+}
+
+#[test]
+fn tokens_and_chunks() {
+    let text = tmp("lines.txt");
+    std::fs::write(&text, "Hello world.\n你好\n").unwrap();
+    let (ok, out, err) = f5(&["tokens", "vocab.txt", text.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2);
+    // "你好" → [" ", "ni2", " ", "hao3"] (tone sandhi on the first syllable).
+    assert_eq!(lines[1].split(' ').count(), 4);
+    std::fs::write(&text, "One sentence here. Another one there! And a third?").unwrap();
+    let (ok, out, _) = f5(&["chunks", text.to_str().unwrap(), "--max", "20"]);
+    assert!(ok);
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["One sentence here.", "Another one there!", "And a third?"]);
+}

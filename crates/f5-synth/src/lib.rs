@@ -1,0 +1,25 @@
+//! The F5-TTS pipeline: a reference recording, its transcript and new text in; the new text in
+//! that voice out, at 24 kHz — with every rule the reference implementation applies around the
+//! model (reference clipping, loudness, transcript fix, chunking by byte budget, duration
+//! estimate, one noise stream across chunks, vocoder, loudness back, cross-fade).
+
+mod synth;
+mod voice;
+
+pub use synth::{Audio, ChunkReport, CrossFader, Progress, SynthOptions, Synthesizer, SAMPLE_RATE};
+pub use voice::{fix_transcript, Voice, VoiceCache, MIN_REFERENCE_SECONDS};
+
+/// Everything that can go wrong in a synthesis; each message says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum SynthError {
+    #[error("reference recording: {0}")]
+    Reference(String),
+    #[error("{0}")]
+    Options(String),
+    #[error(transparent)]
+    Text(#[from] f5_text::TextError),
+    #[error(transparent)]
+    Model(#[from] f5_dit::DitError),
+    #[error(transparent)]
+    Vocoder(#[from] f5_vocos::VocosError),
+}

@@ -1,0 +1,316 @@
+//! The synthesizer: text → chunks → (duration, noise, sampling, vocoder) per chunk → one wave.
+
+use std::path::Path;
+
+use f5_dit::duration::{estimate_frames, sampled_frames, split_fix_duration, HOP};
+use f5_dit::{F5Model, Noise, Overrides, SampleOptions, Solver, TorchGenerator};
+use f5_gpukit::Backend;
+use f5_text::Vocab;
+use f5_vocos::Vocos;
+
+use crate::voice::Voice;
+use crate::SynthError;
+
+/// Output sample rate.
+pub const SAMPLE_RATE: u32 = 24_000;
+
+/// Everything that shapes one synthesis; the defaults are the reference's inference defaults.
+#[derive(Clone, Debug)]
+pub struct SynthOptions {
+    /// ODE steps (`nfe_step`).
+    pub nfe: usize,
+    /// Classifier-free guidance strength.
+    pub cfg: f32,
+    /// Sway sampling coefficient; `None` keeps the plain grid.
+    pub sway: Option<f32>,
+    /// Speaking-rate factor of the duration estimate (> 0).
+    pub speed: f64,
+    /// Seed of the noise; `None` draws one (reported in [`Audio::seed`]).
+    pub seed: Option<u64>,
+    /// Cross-fade between chunks, seconds (0 = butt join).
+    pub cross_fade: f64,
+    /// Total duration in seconds, reference included, instead of the estimate.
+    pub fix_duration: Option<f64>,
+    pub solver: Solver,
+    pub use_epss: bool,
+}
+
+impl Default for SynthOptions {
+    fn default() -> Self {
+        SynthOptions {
+            nfe: 32,
+            cfg: 2.0,
+            sway: Some(-1.0),
+            speed: 1.0,
+            seed: None,
+            cross_fade: 0.15,
+            fix_duration: None,
+            solver: Solver::Euler,
+            use_epss: true,
+        }
+    }
+}
+
+impl SynthOptions {
+    fn validate(&self) -> Result<(), SynthError> {
+        let bad = |m: String| Err(SynthError::Options(m));
+        if self.nfe == 0 || self.nfe > 1000 {
+            return bad(format!("nfe must be between 1 and 1000, got {}", self.nfe));
+        }
+        if !(self.speed.is_finite() && self.speed > 0.0 && self.speed <= 10.0) {
+            return bad(format!("speed must be in (0, 10], got {}", self.speed));
+        }
+        if !self.cfg.is_finite() || self.sway.is_some_and(|s| !s.is_finite()) {
+            return bad("cfg and sway must be finite".into());
+        }
+        if !(self.cross_fade.is_finite() && self.cross_fade >= 0.0 && self.cross_fade <= 5.0) {
+            return bad(format!("cross-fade must be between 0 and 5 s, got {}", self.cross_fade));
+        }
+        if let Some(d) = self.fix_duration {
+            if !(d.is_finite() && d > 0.0 && d <= 600.0) {
+                return bad(format!("fix-duration must be in (0, 600] s, got {d}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a synthesis is.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress<'a> {
+    /// Chunk `index` (0-based) of `total` starts.
+    Chunk { index: usize, total: usize, text: &'a str },
+    /// `step` of `steps` forwards of the current chunk are done.
+    Step { chunk: usize, step: usize, steps: usize },
+}
+
+/// What happened to one chunk.
+#[derive(Clone, Debug)]
+pub struct ChunkReport {
+    pub text: String,
+    /// Frames sampled, reference included.
+    pub frames: usize,
+    /// Frames of new speech handed to the vocoder.
+    pub generated_frames: usize,
+    pub samples: usize,
+    /// Wall time of this chunk in seconds.
+    pub seconds: f64,
+}
+
+/// A finished synthesis.
+#[derive(Clone, Debug)]
+pub struct Audio {
+    /// Mono samples at [`SAMPLE_RATE`], not peak-limited (a writer decides how to fit 16 bits).
+    pub samples: Vec<f32>,
+    /// The generated mels `[frames, 100]` of all chunks, concatenated (no cross-fade on mels).
+    pub mel: Vec<f32>,
+    pub seed: u64,
+    pub chunks: Vec<ChunkReport>,
+}
+
+impl Audio {
+    pub fn seconds(&self) -> f64 {
+        self.samples.len() as f64 / SAMPLE_RATE as f64
+    }
+}
+
+/// Joins chunks with the reference's linear cross-fade, emitting samples as soon as no later
+/// chunk can change them — so an arbitrarily long text is written with bounded memory.
+///
+/// The overlap is `min(fade, everything emitted so far + the held tail, next chunk)`, as the
+/// reference's `min(c, len(prev), len(next))` on the growing wave.
+pub struct CrossFader {
+    fade: usize,
+    tail: Vec<f64>,
+    total: usize,
+}
+
+impl CrossFader {
+    pub fn new(fade_samples: usize) -> Self {
+        CrossFader { fade: fade_samples, tail: Vec::new(), total: 0 }
+    }
+
+    /// Adds a chunk; returns the samples that are final.
+    pub fn push(&mut self, next: &[f32]) -> Vec<f64> {
+        let joined = if self.total == 0 {
+            next.iter().map(|&x| x as f64).collect()
+        } else {
+            // Only the held tail can take part in the overlap: it is at least min(fade, total).
+            f5_audio::output::cross_fade_append(&self.tail, next, self.fade.min(self.total))
+        };
+        self.total += next.len();
+        let keep = self.fade.min(joined.len());
+        let split = joined.len() - keep;
+        self.tail = joined[split..].to_vec();
+        joined[..split].to_vec()
+    }
+
+    /// The held tail, once no chunk follows.
+    pub fn finish(self) -> Vec<f64> {
+        self.tail
+    }
+}
+
+/// The model, the vocoder and the vocabulary, ready to speak.
+pub struct Synthesizer<B: Backend> {
+    pub model: F5Model<B>,
+    pub vocoder: Vocos<B>,
+    pub vocab: Vocab,
+}
+
+impl<B: Backend + Clone> Synthesizer<B> {
+    /// Opens a checkpoint, its vocabulary and a vocoder on `kit`.
+    pub fn open(model: &Path, vocab: &Path, vocoder: &Path, kit: B, overrides: &Overrides) -> Result<Self, SynthError> {
+        let vocab = Vocab::load(vocab)?;
+        let model = F5Model::open(model, kit.clone(), overrides)?;
+        if vocab.len() + 1 != model.config.text_rows {
+            return Err(SynthError::Options(format!(
+                "the vocabulary has {} entries but the checkpoint's text embedding has {} rows (vocabulary + 1): wrong vocab.txt for this model",
+                vocab.len(),
+                model.config.text_rows
+            )));
+        }
+        let vocoder = Vocos::open(vocoder, kit)?;
+        if vocoder.config().mel_channels != model.config.mel_dim {
+            return Err(SynthError::Options(format!(
+                "the vocoder takes {} mel channels, the model makes {}",
+                vocoder.config().mel_channels,
+                model.config.mel_dim
+            )));
+        }
+        Ok(Synthesizer { model, vocoder, vocab })
+    }
+}
+
+impl<B: Backend> Synthesizer<B> {
+    /// Speaks `text` in `voice`; the whole wave in memory. See [`Self::synthesize_streaming`].
+    pub fn synthesize(
+        &self,
+        voice: &Voice,
+        text: &str,
+        opts: &SynthOptions,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<Audio, SynthError> {
+        let mut samples = Vec::new();
+        let mut mel = Vec::new();
+        let (seed, chunks) = self.run(voice, text, opts, progress, &mut |s| samples.extend(s.iter().map(|&v| v as f32)), Some(&mut mel))?;
+        Ok(Audio { samples, mel, seed, chunks })
+    }
+
+    /// Speaks `text` chunk by chunk, handing final samples to `sink` as they are ready.
+    /// Returns the seed used and the chunk reports.
+    pub fn synthesize_streaming(
+        &self,
+        voice: &Voice,
+        text: &str,
+        opts: &SynthOptions,
+        progress: &mut dyn FnMut(Progress<'_>),
+        sink: &mut dyn FnMut(&[f64]),
+    ) -> Result<(u64, Vec<ChunkReport>), SynthError> {
+        self.run(voice, text, opts, progress, sink, None)
+    }
+
+    fn run(
+        &self,
+        voice: &Voice,
+        text: &str,
+        opts: &SynthOptions,
+        progress: &mut dyn FnMut(Progress<'_>),
+        sink: &mut dyn FnMut(&[f64]),
+        mut mel_out: Option<&mut Vec<f32>>,
+    ) -> Result<(u64, Vec<ChunkReport>), SynthError> {
+        opts.validate()?;
+        if text.trim().is_empty() {
+            return Err(SynthError::Options("the text to speak is empty".into()));
+        }
+        let budget = voice.max_chunk_bytes(opts.speed);
+        let chunks: Vec<String> = f5_text::chunk_text(text, budget);
+        if chunks.is_empty() {
+            return Err(SynthError::Options("the text to speak is empty".into()));
+        }
+        let fix: Vec<Option<f64>> = match opts.fix_duration {
+            None => vec![None; chunks.len()],
+            Some(d) if chunks.len() == 1 => vec![Some(d)],
+            Some(d) => {
+                let bytes: Vec<usize> = chunks.iter().map(String::len).collect();
+                split_fix_duration(d, voice.wave.len(), &bytes, opts.cross_fade).into_iter().map(Some).collect()
+            }
+        };
+        let seed = opts.seed.unwrap_or_else(random_seed);
+        // One generator stream across all chunks, in order: what the reference draws when its
+        // chunks run one after another.
+        let mut generator = TorchGenerator::new(seed);
+        let sample_opts =
+            SampleOptions { steps: opts.nfe, cfg_strength: opts.cfg, sway: opts.sway, solver: opts.solver, use_epss: opts.use_epss };
+        let mel_dim = self.model.config.mel_dim;
+        let ref_len = voice.wave.len() / HOP;
+        let mut fader = CrossFader::new(f5_audio::output::cross_fade_samples(opts.cross_fade, SAMPLE_RATE));
+        let mut reports = Vec::with_capacity(chunks.len());
+        for (i, chunk) in chunks.iter().enumerate() {
+            let started = std::time::Instant::now();
+            progress(Progress::Chunk { index: i, total: chunks.len(), text: chunk });
+            let tokens = f5_text::to_tokens(&format!("{}{chunk}", voice.model_text))?;
+            let ids = self.vocab.ids(&tokens);
+            let estimate = estimate_frames(voice.wave.len(), voice.model_text.len(), chunk.len(), opts.speed, fix[i]);
+            let frames = sampled_frames(estimate, ids.len(), voice.wave.len());
+            let noise = generator.randn(frames * mel_dim);
+            let mut step = |done: usize, steps: usize| progress(Progress::Step { chunk: i, step: done, steps });
+            let mel = self.model.sample(&ids, &voice.mel, frames, Noise::Given(&noise), &sample_opts, &mut step)?;
+            // The reference drops N // 256 frames, one fewer than the reference mel has: its last
+            // frame reaches the vocoder.
+            let generated = &mel[ref_len * mel_dim..];
+            let gen_frames = frames - ref_len;
+            let mut wave = self.vocoder.decode(generated, gen_frames)?;
+            voice.loudness.undo(&mut wave);
+            if let Some(m) = mel_out.as_deref_mut() {
+                m.extend_from_slice(generated);
+            }
+            let ready = fader.push(&wave);
+            sink(&ready);
+            reports.push(ChunkReport {
+                text: chunk.clone(),
+                frames,
+                generated_frames: gen_frames,
+                samples: wave.len(),
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+        sink(&fader.finish());
+        Ok((seed, reports))
+    }
+}
+
+/// A seed when none was asked for: time and process id, mixed. Reported with the result so any
+/// output can be reproduced.
+fn random_seed() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let mut x = t ^ (std::process::id() as u64).rotate_left(32);
+    // splitmix64 finaliser
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)) >> 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streaming_cross_fade_equals_the_whole_join() {
+        let chunks: Vec<Vec<f32>> = [5000usize, 1200, 7000, 300, 4000]
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| (0..n).map(|i| ((i * (k + 3)) % 17) as f32 / 17.0 - 0.5).collect())
+            .collect();
+        for fade in [0usize, 100, 3600] {
+            let want = f5_audio::output::join_chunks(&chunks, fade);
+            let mut f = CrossFader::new(fade);
+            let mut got = Vec::new();
+            for c in &chunks {
+                got.extend(f.push(c));
+            }
+            got.extend(f.finish());
+            assert_eq!(got, want, "fade {fade}");
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! A voice: the reference recording prepared exactly as the reference implementation prepares
+//! it, plus its transcript.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use f5_audio::level::RmsNormalization;
+use f5_audio::DecodedAudio;
+
+use crate::SynthError;
+
+/// Below this much audio (after trimming) a reference carries too little voice to clone.
+pub const MIN_REFERENCE_SECONDS: f64 = 0.5;
+
+/// A reference recording ready for the model.
+#[derive(Debug, Clone)]
+pub struct Voice {
+    /// The transcript as the model reads it before the new text: sentence end fixed and, for a
+    /// Latin ending, the extra space — so the model sees `"<ref>.  <gen>"`.
+    pub model_text: String,
+    /// The transcript after the sentence-end fix only: the chunk budget counts these bytes.
+    pub fixed_transcript: String,
+    /// The clipped recording at 24 kHz, mono, loudness-normalised.
+    pub wave: Vec<f32>,
+    /// Its log-mel `[frames, 100]`.
+    pub mel: Vec<f32>,
+    pub mel_frames: usize,
+    /// How the loudness was changed, to give the caller their own loudness back.
+    pub loudness: RmsNormalization,
+    /// Duration of the clipped recording at its own rate, which sets the chunk budget.
+    pub clip_seconds: f64,
+}
+
+/// F5's sentence-end rule for a reference transcript: without a break after it, the model runs
+/// the reference and the new text together as one breath.
+pub fn fix_transcript(text: &str) -> String {
+    let mut t = text.to_string();
+    if !t.ends_with(". ") && !t.ends_with('。') {
+        t.push_str(if t.ends_with('.') { " " } else { ". " });
+    }
+    t
+}
+
+impl Voice {
+    /// Decodes, clips (the reference's silence-aware ≤ 12 s rule, edge trim, +50 ms), mixes to
+    /// mono, raises the loudness to `target_rms` when quieter, resamples to 24 kHz and computes
+    /// the mel.
+    pub fn load(path: &Path, transcript: &str, target_rms: f32) -> Result<Voice, SynthError> {
+        let audio = f5_audio::decode_file(path).map_err(|e| SynthError::Reference(format!("{}: {e}", path.display())))?;
+        Self::from_audio(&audio, transcript, target_rms).map_err(|e| match e {
+            SynthError::Reference(m) => SynthError::Reference(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    pub fn from_audio(audio: &DecodedAudio, transcript: &str, target_rms: f32) -> Result<Voice, SynthError> {
+        if transcript.trim().is_empty() {
+            return Err(SynthError::Reference("the transcript is empty: give the words spoken in the recording".into()));
+        }
+        let clipped = f5_audio::clip_reference_decoded(audio).map_err(|e| SynthError::Reference(e.to_string()))?;
+        let clip_seconds = clipped.len() as f64 / clipped.sample_rate as f64;
+        let mut mono = clipped.to_mono();
+        if f5_audio::level::rms(&mono) == 0.0 {
+            return Err(SynthError::Reference("the recording is silent".into()));
+        }
+        // The clip adds 50 ms of silence after trimming; less than MIN of audio besides it is
+        // not enough voice.
+        if clip_seconds - 0.05 < MIN_REFERENCE_SECONDS {
+            return Err(SynthError::Reference(format!(
+                "only {:.2} s of sound after trimming silence; a reference needs at least {MIN_REFERENCE_SECONDS} s (3–12 s works best)",
+                (clip_seconds - 0.05).max(0.0)
+            )));
+        }
+        let loudness = f5_audio::level::normalize_rms(&mut mono, target_rms);
+        let wave = f5_audio::resample_to_24k(&mono, clipped.sample_rate).map_err(|e| SynthError::Reference(e.to_string()))?;
+        let mel = f5_audio::MelSpectrogram::new().log_mel(&wave).map_err(|e| SynthError::Reference(e.to_string()))?;
+        let mel_frames = mel.len() / f5_audio::mel::N_MELS;
+        let fixed_transcript = fix_transcript(transcript);
+        let mut model_text = fixed_transcript.clone();
+        if model_text.chars().last().is_some_and(|c| c.len_utf8() == 1) {
+            model_text.push(' ');
+        }
+        Ok(Voice { model_text, fixed_transcript, wave, mel, mel_frames, loudness, clip_seconds })
+    }
+
+    /// The per-chunk text budget in UTF-8 bytes (`infer_process`'s `max_chars`).
+    pub fn max_chunk_bytes(&self, speed: f64) -> usize {
+        f5_dit::duration::max_chunk_bytes(self.fixed_transcript.len(), self.clip_seconds, speed)
+    }
+}
+
+/// Voices by content: the same recording and transcript (and loudness target) load once.
+#[derive(Default)]
+pub struct VoiceCache {
+    voices: Mutex<HashMap<u64, Arc<Voice>>>,
+}
+
+impl VoiceCache {
+    pub fn load(&self, path: &Path, transcript: &str, target_rms: f32) -> Result<Arc<Voice>, SynthError> {
+        let bytes = std::fs::read(path).map_err(|e| SynthError::Reference(format!("{}: {e}", path.display())))?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        bytes.hash(&mut h);
+        transcript.hash(&mut h);
+        target_rms.to_bits().hash(&mut h);
+        let key = h.finish();
+        if let Some(v) = self.voices.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(v);
+        }
+        let ext = path.extension().and_then(|e| e.to_str());
+        let audio = f5_audio::decode_bytes(&bytes, &path.display().to_string(), ext).map_err(|e| SynthError::Reference(e.to_string()))?;
+        let voice = Arc::new(Voice::from_audio(&audio, transcript, target_rms)?);
+        if let Ok(mut m) = self.voices.lock() {
+            m.insert(key, voice.clone());
+        }
+        Ok(voice)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transcript_fix_matches_the_reference_rule() {
+        assert_eq!(fix_transcript("Hello there"), "Hello there. ");
+        assert_eq!(fix_transcript("Hello there."), "Hello there. ");
+        assert_eq!(fix_transcript("Hello there. "), "Hello there. ");
+        assert_eq!(fix_transcript("你好。"), "你好。");
+        assert_eq!(fix_transcript("Really?"), "Really?. ");
+    }
+}

@@ -1,0 +1,85 @@
+//! The whole pipeline on the tiny fixtures against the reference's `infer_process`.
+//!
+//! Tolerance: waveform rel-L2 ≤ 1e-3. Every stage is matched to ~1e-6 on its own; the
+//! remaining slack covers 8 steps of CFG extrapolation through a random-weight model and the
+//! vocoder's exp(), which amplify those differences. A wrong rule anywhere (duration, one frame
+//! of the reference left in, loudness, transcript spacing) changes the length or the wave by
+//! O(1).
+
+use std::path::PathBuf;
+
+use f5_dit::Overrides;
+use f5_gpukit::CpuBackend;
+use f5_synth::{Progress, SynthOptions, Synthesizer, Voice};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+fn npy_f32(name: &str) -> Vec<f32> {
+    let path = fixtures().join("goldens").join(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    npyz::NpyFile::new(&bytes[..]).unwrap().into_vec::<f32>().unwrap()
+}
+
+fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(a, b)| (*a as f64 - *b as f64).powi(2)).sum();
+    let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    (num / den).sqrt()
+}
+
+fn synthesizer() -> Synthesizer<CpuBackend> {
+    let f = fixtures();
+    Synthesizer::open(
+        &f.join("models/f5-tiny-v1/model.safetensors"),
+        &f.join("vocab.txt"),
+        &f.join("models/vocos-tiny/pytorch_model.bin"),
+        CpuBackend::new(),
+        &Overrides::default(),
+    )
+    .expect("open tiny models")
+}
+
+#[test]
+fn single_chunk_matches_infer_process() {
+    let synth = synthesizer();
+    let voice = Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    assert_eq!(voice.model_text, "The birch canoe slid on the smooth planks.  ");
+    let opts = SynthOptions { nfe: 8, seed: Some(42), ..SynthOptions::default() };
+    let mut steps = 0;
+    let audio = synth
+        .synthesize(&voice, "Hello world, this is a tiny test.", &opts, &mut |p| {
+            if let Progress::Step { .. } = p {
+                steps += 1
+            }
+        })
+        .unwrap();
+    assert_eq!(steps, 8);
+    assert_eq!(audio.chunks.len(), 1);
+    assert_eq!(audio.chunks[0].frames, 287, "duration estimate");
+    let want_mel = npy_f32("infer_tiny_v1_seed42_mel.npy");
+    assert_eq!(audio.mel.len(), want_mel.len(), "generated mel frames");
+    let e_mel = rel_l2(&audio.mel, &want_mel);
+    let want = npy_f32("infer_tiny_v1_seed42.npy");
+    assert_eq!(audio.samples.len(), want.len(), "wave length");
+    let e = rel_l2(&audio.samples, &want);
+    eprintln!("infer_process seed 42: mel rel-L2 {e_mel:.2e}, wave rel-L2 {e:.2e}");
+    assert!(e_mel <= 1e-4, "mel rel-L2 {e_mel:e}");
+    assert!(e <= 1e-3, "wave rel-L2 {e:e}");
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let synth = synthesizer();
+    let voice = Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    let opts = SynthOptions { nfe: 2, seed: Some(1), ..SynthOptions::default() };
+    let err = synth.synthesize(&voice, "   ", &opts, &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("empty"), "{err}");
+    let err = synth.synthesize(&voice, "Hi.", &SynthOptions { speed: 0.0, ..opts.clone() }, &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("speed"), "{err}");
+    // Only punctuation still speaks (something): a sensible result, not a panic.
+    let audio = synth.synthesize(&voice, "?!", &opts, &mut |_| {}).unwrap();
+    assert!(!audio.samples.is_empty());
+    let err = Voice::load(&fixtures().join("audio/ref_22050.wav"), "", 0.1).unwrap_err().to_string();
+    assert!(err.contains("transcript"), "{err}");
+}
