@@ -3,9 +3,11 @@
 //! model (reference clipping, loudness, transcript fix, chunking by byte budget, duration
 //! estimate, one noise stream across chunks, vocoder, loudness back, cross-fade).
 
+pub mod store;
 mod synth;
 mod voice;
 
+pub use store::{valid_id, VoiceEntry, VoiceStore};
 pub use synth::{Audio, ChunkReport, CrossFader, Progress, SynthOptions, Synthesizer, SAMPLE_RATE};
 pub use voice::{fix_transcript, Voice, VoiceCache, MIN_REFERENCE_SECONDS};
 
@@ -22,4 +24,8 @@ pub enum SynthError {
     Model(#[from] f5_dit::DitError),
     #[error(transparent)]
     Vocoder(#[from] f5_vocos::VocosError),
+    #[error("voice store: {0}")]
+    Store(String),
+    #[error("{0}")]
+    NotFound(String),
 }
