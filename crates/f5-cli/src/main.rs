@@ -67,9 +67,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct VocodeArgs {
-    /// The Vocos vocoder: a directory with pytorch_model.bin (+ config.yaml), or the weights file.
+    /// The Vocos vocoder: a directory or weights file, a local id, or a hub repo.
     #[arg(long)]
-    vocoder: PathBuf,
+    vocoder: String,
     /// A log-mel .npy, float32 [frames, 100] (what `f5 mel` and `f5 synth --save-mel` write).
     input: PathBuf,
     /// Output .wav (16-bit PCM) or .npy (float32 samples at 24 kHz).
@@ -155,7 +155,7 @@ fn mel(input: &Path, output: &Path, raw: bool) -> Result<()> {
 
 fn vocode(a: &VocodeArgs) -> Result<()> {
     let (shape, mel) = npy::read_f32(&a.input)?;
-    let vocos = f5_vocos::Vocos::open(resolve::vocoder(&a.vocoder)?, f5_gpukit::CpuBackend::new())?;
+    let vocos = f5_vocos::Vocos::open(resolve::vocoder(&resolve::hub(false), &a.vocoder)?, f5_gpukit::CpuBackend::new())?;
     let channels = vocos.config().mel_channels as u64;
     let frames = match shape.as_slice() {
         [f, c] if *c == channels => *f as usize,

@@ -1,58 +1,71 @@
-//! Model, vocoder and voice names → files on disk.
+//! Model, vocoder and voice names → files on disk, through f5-hub (paths, local ids, hub
+//! references fetched into the shared Hugging Face cache) and the voice store.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
+use f5_hub::{Hub, Progress};
 
-/// A checkpoint file, or a directory holding exactly one `.safetensors`/`.pt`; the vocab is
-/// `vocab.txt` beside it unless named.
-pub fn model(path: &Path, vocab: Option<&Path>) -> Result<(PathBuf, PathBuf)> {
-    let ckpt = if path.is_dir() {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(path)
-            .with_context(|| format!("cannot list {}", path.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "safetensors" || e == "pt"))
-            .collect();
-        found.sort();
-        // Prefer safetensors when a directory holds both forms of the same model.
-        found.sort_by_key(|p| p.extension().is_none_or(|e| e != "safetensors"));
-        match found.first() {
-            Some(p) => p.clone(),
-            None => bail!("{}: no .safetensors or .pt checkpoint in this directory", path.display()),
-        }
-    } else if path.is_file() {
-        path.to_path_buf()
-    } else {
-        bail!("model {}: no such file or directory", path.display());
-    };
-    let vocab = match vocab {
-        Some(v) => v.to_path_buf(),
-        None => {
-            let beside = ckpt.parent().map(|d| d.join("vocab.txt")).unwrap_or_else(|| PathBuf::from("vocab.txt"));
-            if !beside.is_file() {
-                bail!("no vocab.txt beside {}; name one with --vocab", ckpt.display());
+/// The hub, drawing a download bar on stderr unless `quiet`.
+pub fn hub(quiet: bool) -> Hub {
+    let hub = Hub::from_env();
+    if quiet {
+        return hub;
+    }
+    let bar: Arc<Mutex<Option<indicatif::ProgressBar>>> = Arc::new(Mutex::new(None));
+    hub.with_progress(move |p| {
+        let Ok(mut slot) = bar.lock() else { return };
+        match p {
+            Progress::Start { file, total, resumed_from } => {
+                let b = indicatif::ProgressBar::new(total.unwrap_or(0));
+                if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}") {
+                    b.set_style(style);
+                }
+                b.set_message(format!("downloading {file}"));
+                b.set_position(*resumed_from);
+                *slot = Some(b);
             }
-            beside
+            Progress::Advance { done, .. } => {
+                if let Some(b) = slot.as_ref() {
+                    b.set_position(*done);
+                }
+            }
+            Progress::Finish { .. } => {
+                if let Some(b) = slot.take() {
+                    b.finish_and_clear();
+                }
+            }
         }
-    };
-    Ok((ckpt, vocab))
+    })
 }
 
-/// A vocoder directory (`pytorch_model.bin` or a `.safetensors`) or the weights file itself.
-pub fn vocoder(path: &Path) -> Result<PathBuf> {
-    if path.is_file() {
-        return Ok(path.to_path_buf());
+/// A checkpoint and its vocabulary.
+pub fn model(hub: &Hub, name: &str, vocab: Option<&str>) -> Result<(PathBuf, PathBuf)> {
+    let r = hub.resolve_model(name, vocab).with_context(|| format!("model {name:?}"))?;
+    let Some(vocab) = r.vocab else {
+        bail!("model {name:?}: no vocab.txt beside {}; name one with --vocab", r.checkpoint.display());
+    };
+    Ok((r.checkpoint, vocab))
+}
+
+/// The vocoder weights (its config.yaml, when there is one, sits beside them).
+pub fn vocoder(hub: &Hub, name: &str) -> Result<PathBuf> {
+    Ok(hub.resolve_vocoder(name).with_context(|| format!("vocoder {name:?}"))?.weights)
+}
+
+/// A voice: a directory (`reference.*` + `config.json`), or an id in the voice store.
+pub fn voice(name: &str) -> Result<(PathBuf, String)> {
+    let as_path = Path::new(name);
+    if as_path.is_dir() {
+        return voice_dir(as_path);
     }
-    if path.is_dir() {
-        for name in ["pytorch_model.bin", "model.safetensors"] {
-            let p = path.join(name);
-            if p.is_file() {
-                return Ok(p);
-            }
-        }
-        bail!("{}: no pytorch_model.bin or model.safetensors in this directory", path.display());
+    if f5_synth::valid_id(name) {
+        let store = f5_synth::VoiceStore::from_env()?;
+        let e = store.get(name)?;
+        return Ok((e.audio, e.transcript));
     }
-    bail!("vocoder {}: no such file or directory", path.display())
+    bail!("voice {name:?}: not a directory and not a voice id (see `f5 voices list`)")
 }
 
 /// A voice directory: `reference.*` audio and `config.json` with the transcript.

@@ -12,19 +12,22 @@ use crate::{npy, resolve};
 
 #[derive(Args)]
 pub struct SynthArgs {
-    /// The F5-TTS checkpoint: a .safetensors/.pt file, or a directory holding one and its vocab.txt.
+    /// The F5-TTS checkpoint: a .safetensors/.pt file or a directory holding one; a local model
+    /// id ($F5_HOME/models/ID); or a hub reference owner/repo/path/to/file[@revision], downloaded
+    /// once into the Hugging Face cache (e.g. SWivid/F5-TTS/F5TTS_v1_Base/model_1250000.safetensors).
     #[arg(long, short = 'm')]
-    pub model: PathBuf,
-    /// The vocab.txt of the checkpoint (default: vocab.txt beside it).
+    pub model: String,
+    /// The vocab.txt of the checkpoint (default: vocab.txt beside it, in the same directory or repo).
     #[arg(long)]
-    pub vocab: Option<PathBuf>,
-    /// The Vocos vocoder: a directory with pytorch_model.bin (+ config.yaml), or the weights file.
+    pub vocab: Option<String>,
+    /// The Vocos vocoder: a directory or weights file, a local id, or a hub repo such as
+    /// charactr/vocos-mel-24khz.
     #[arg(long)]
-    pub vocoder: PathBuf,
-    /// A voice directory: reference.wav (or any audio file named reference.*) and config.json
-    /// with {"transcript": "..."}.
+    pub vocoder: String,
+    /// A voice: an id in the voice store (`f5 voices list`), or a directory with reference.wav
+    /// (or .mp3/.flac/.ogg) and config.json holding {"transcript": "..."}.
     #[arg(long, conflicts_with_all = ["reference", "reference_text"])]
-    pub voice: Option<PathBuf>,
+    pub voice: Option<String>,
     /// The reference recording (wav, mp3, flac, ogg); 3–12 s of clean speech works best. Longer
     /// recordings are clipped at a pause, as the reference implementation does.
     #[arg(long = "ref", requires = "reference_text")]
@@ -81,7 +84,7 @@ pub struct SynthArgs {
 
 fn load_voice(args: &SynthArgs) -> Result<Voice> {
     let (audio, transcript) = match (&args.voice, &args.reference, &args.reference_text) {
-        (Some(dir), _, _) => resolve::voice_dir(dir)?,
+        (Some(name), _, _) => resolve::voice(name)?,
         (None, Some(wav), Some(t)) => (wav.clone(), t.clone()),
         _ => bail!("give a voice: --voice DIR, or --ref WAV with --ref-text \"what it says\""),
     };
@@ -98,8 +101,9 @@ pub fn run(args: SynthArgs) -> Result<()> {
     if !matches!(ext.as_deref(), Some("wav") | Some("npy")) {
         bail!("{}: the output must end in .wav or .npy", args.output.display());
     }
-    let (model_path, vocab_path) = resolve::model(&args.model, args.vocab.as_deref())?;
-    let vocoder_path = resolve::vocoder(&args.vocoder)?;
+    let hub = resolve::hub(args.quiet);
+    let (model_path, vocab_path) = resolve::model(&hub, &args.model, args.vocab.as_deref())?;
+    let vocoder_path = resolve::vocoder(&hub, &args.vocoder)?;
     let started = Instant::now();
     let kit = CpuBackend::with_threads(args.threads)?;
     let synth = Synthesizer::open(&model_path, &vocab_path, &vocoder_path, kit, &f5_dit::Overrides::default())?;
