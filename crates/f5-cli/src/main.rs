@@ -26,6 +26,9 @@ struct Cli {
 enum Command {
     /// Speak a text in the voice of a reference recording.
     Synth(Box<synth_cmd::SynthArgs>),
+    /// Manage the voice store.
+    #[command(subcommand)]
+    Voices(VoicesCommand),
     /// Turn a log-mel spectrogram into 24 kHz audio with Vocos.
     Vocode(VocodeArgs),
     /// Inspect model files.
@@ -79,14 +82,49 @@ struct VocodeArgs {
 
 #[derive(Subcommand)]
 enum ModelsCommand {
-    /// Container, key prefix, architecture, parameter count and dtype of a checkpoint.
+    /// Container, key prefix, architecture, parameter count and dtype of an F5 checkpoint or a
+    /// Vocos vocoder.
     Inspect {
-        /// A .safetensors, .pt or .bin file.
-        path: PathBuf,
+        /// A .safetensors/.pt/.bin file, a local id, or a hub reference (resolved from the cache,
+        /// downloaded if absent).
+        name: String,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
     },
+    /// Models on this machine: local ids ($F5_HOME/models) and files in the Hugging Face cache.
+    List {
+        /// Also list non-checkpoint files (configs, vocabularies).
+        #[arg(long)]
+        all: bool,
+    },
+    /// Download a hub reference (and the vocab.txt beside it; or a vocoder repo's weights and
+    /// config) into the Hugging Face cache, checking what is already there.
+    Pull {
+        /// owner/repo/path/to/file[@revision], or owner/repo for a vocoder.
+        reference: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum VoicesCommand {
+    /// Voices in the store ($F5_HOME/voices).
+    List,
+    /// Add a voice: a recording and exactly what it says.
+    Add {
+        /// A plain name: letters, digits, '_' and '-'.
+        id: String,
+        /// The recording (wav, mp3, flac, ogg).
+        audio: PathBuf,
+        /// Its transcript.
+        #[arg(long)]
+        transcript: String,
+        /// Replace an existing voice of that id.
+        #[arg(long)]
+        replace: bool,
+    },
+    /// Remove a voice.
+    Remove { id: String },
 }
 
 fn main() -> ExitCode {
@@ -103,7 +141,15 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Synth(args) => synth_cmd::run(*args),
-        Command::Models(ModelsCommand::Inspect { path, json }) => inspect(&path, json),
+        Command::Models(ModelsCommand::Inspect { name, json }) => inspect(&name, json),
+        Command::Models(ModelsCommand::List { all }) => models_list(all),
+        Command::Models(ModelsCommand::Pull { reference }) => {
+            for p in resolve::hub(false).pull(&reference)? {
+                println!("{}", p.path.display());
+            }
+            Ok(())
+        }
+        Command::Voices(cmd) => voices(cmd),
         Command::Tokens { vocab, file, show_tokens } => tokens(&vocab, &file, show_tokens),
         Command::Chunks { file, max_bytes } => {
             for chunk in f5_text::chunk_text(&read_text(&file)?, max_bytes) {
@@ -153,6 +199,29 @@ fn mel(input: &Path, output: &Path, raw: bool) -> Result<()> {
     Ok(())
 }
 
+fn inspect_vocos(path: &Path, container: &str, v: &f5_vocos::VocosConfig, json: bool) -> Result<()> {
+    let hop_from = match &v.hop_source {
+        f5_vocos::HopSource::Yaml(p) => format!("config {}", p.display()),
+        _ => "default (no config.yaml beside the weights)".into(),
+    };
+    if json {
+        let j = serde_json::json!({
+            "kind": "vocos", "container": container, "prefix": v.prefix, "mel_channels": v.mel_channels, "dim": v.dim,
+            "intermediate_dim": v.intermediate, "layers": v.layers, "n_fft": v.n_fft, "hop": v.hop, "sample_rate": v.sample_rate,
+            "params": v.params, "hop_from": hop_from,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        println!("{}: Vocos vocoder, {container}", path.display());
+        println!(
+            "  {} mel channels → dim {} × {} ConvNeXt layers (intermediate {}) → iSTFT n_fft {} hop {} at {} Hz",
+            v.mel_channels, v.dim, v.layers, v.intermediate, v.n_fft, v.hop, v.sample_rate
+        );
+        println!("  hop from {hop_from}; {} parameters", v.params);
+    }
+    Ok(())
+}
+
 fn vocode(a: &VocodeArgs) -> Result<()> {
     let (shape, mel) = npy::read_f32(&a.input)?;
     let vocos = f5_vocos::Vocos::open(resolve::vocoder(&resolve::hub(false), &a.vocoder)?, f5_gpukit::CpuBackend::new())?;
@@ -179,7 +248,77 @@ fn vocode(a: &VocodeArgs) -> Result<()> {
     Ok(())
 }
 
-fn inspect(path: &Path, json: bool) -> Result<()> {
+fn models_list(all: bool) -> Result<()> {
+    let entries: Vec<_> = resolve::hub(true).list().into_iter().filter(|e| all || e.is_checkpoint()).collect();
+    if entries.is_empty() {
+        eprintln!("no models on this machine yet: `f5 models pull owner/repo/path` or pass --model a path");
+    }
+    for e in entries {
+        let kind = match e.kind {
+            f5_hub::ModelKind::Local => "local",
+            f5_hub::ModelKind::Reference => "cached",
+            f5_hub::ModelKind::Path => "path",
+        };
+        println!("{:<7} {:>10}  {}", kind, human_bytes(e.size), e.name);
+    }
+    Ok(())
+}
+
+fn human_bytes(n: u64) -> String {
+    let units = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < units.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+fn voices(cmd: VoicesCommand) -> Result<()> {
+    let store = f5_synth::VoiceStore::from_env()?;
+    match cmd {
+        VoicesCommand::List => {
+            let all = store.list()?;
+            if all.is_empty() {
+                eprintln!("no voices in {} yet: `f5 voices add ID recording.wav --transcript \"...\"`", store.root().display());
+            }
+            for v in all {
+                println!("{:<20} {}", v.id, v.transcript);
+            }
+        }
+        VoicesCommand::Add { id, audio, transcript, replace } => {
+            let bytes = std::fs::read(&audio).with_context(|| format!("cannot read {}", audio.display()))?;
+            let ext = audio.extension().and_then(|e| e.to_str()).unwrap_or("wav");
+            // Prove the voice is usable (not silent, long enough) before storing it.
+            let decoded = f5_audio::decode_bytes(&bytes, &audio.display().to_string(), Some(ext))?;
+            f5_synth::Voice::from_audio(&decoded, &transcript, f5_audio::level::TARGET_RMS)?;
+            let e = store.add(&id, &transcript, &bytes, ext, replace)?;
+            eprintln!("added voice {} ({})", e.id, e.audio.display());
+        }
+        VoicesCommand::Remove { id } => {
+            store.remove(&id)?;
+            eprintln!("removed voice {id}");
+        }
+    }
+    Ok(())
+}
+
+fn inspect(name: &str, json: bool) -> Result<()> {
+    let path = if Path::new(name).exists() {
+        PathBuf::from(name)
+    } else {
+        let hub = resolve::hub(false);
+        match hub.resolve_model(name, None) {
+            Ok(r) => r.checkpoint,
+            Err(_) => hub.resolve_vocoder(name).with_context(|| format!("{name:?}: no such file, local id or reference"))?.weights,
+        }
+    };
+    let path = path.as_path();
     let ckpt = f5_torchpt::Checkpoint::open(path)?;
     let container = match ckpt.format() {
         f5_torchpt::Format::Safetensors => "safetensors",
@@ -187,7 +326,13 @@ fn inspect(path: &Path, json: bool) -> Result<()> {
     };
     let c = match f5_dit::F5Config::infer(&ckpt, path, &f5_dit::Overrides::default()) {
         Ok(c) => c,
-        Err(e) => bail!("{} is not an F5-TTS checkpoint this version can read: {e}", path.display()),
+        Err(e) => {
+            let yaml = path.parent().map(|d| d.join("config.yaml")).filter(|p| p.is_file());
+            if let Ok(v) = f5_vocos::VocosConfig::infer(&ckpt, yaml.as_deref()) {
+                return inspect_vocos(path, container, &v, json);
+            }
+            bail!("{} is neither an F5-TTS checkpoint nor a Vocos vocoder this version can read: {e}", path.display())
+        }
     };
     let dtype = ckpt
         .meta(&format!("{}time_embed.time_mlp.0.weight", c.prefix))

@@ -125,3 +125,55 @@ fn tokens_and_chunks() {
     assert!(ok);
     assert_eq!(out.lines().collect::<Vec<_>>(), ["One sentence here.", "Another one there!", "And a third?"]);
 }
+
+#[test]
+fn voices_add_use_remove_in_a_private_store() {
+    let home = tmp("home");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_f5"))
+            .args(args)
+            .current_dir(fixtures())
+            .env("F5_HOME", &home)
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, _, err) =
+        run(&["voices", "add", "alice", "audio/ref_22050.wav", "--transcript", "The birch canoe slid on the smooth planks."]);
+    assert!(ok, "{err}");
+    let (ok, out, _) = run(&["voices", "list"]);
+    assert!(ok && out.starts_with("alice"), "{out}");
+    let wav = tmp("voice.wav");
+    let (ok, _, err) = run(&[
+        "synth",
+        "-q",
+        "-m",
+        "models/f5-tiny-v1",
+        "--vocoder",
+        "models/vocos-tiny",
+        "--vocab",
+        "vocab.txt",
+        "--voice",
+        "alice",
+        "-t",
+        "Hi there, friend.",
+        "--nfe",
+        "2",
+        "-o",
+        wav.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    for bad in ["../x", "a/b", "", "x.y"] {
+        let (ok, _, err) = run(&["voices", "add", bad, "audio/ref_22050.wav", "--transcript", "x"]);
+        assert!(!ok && err.contains("invalid voice id"), "{bad:?}: {err}");
+    }
+    let (ok, _, err) = run(&["voices", "add", "noise", "vocab.txt", "--transcript", "x"]);
+    assert!(!ok, "{err}");
+    let (ok, _, _) = run(&["voices", "remove", "alice"]);
+    assert!(ok);
+    let (ok, out, _) = run(&["voices", "list"]);
+    assert!(ok && out.is_empty());
+    // Only the (now empty) voices directory was ever created in the store.
+    assert_eq!(std::fs::read_dir(home.join("voices")).unwrap().count(), 0);
+}
