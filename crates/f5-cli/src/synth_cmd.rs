@@ -74,6 +74,19 @@ pub struct SynthArgs {
     /// Write a JSON report: options, chunks (text, frames, seconds), seed, timings.
     #[arg(long = "report-json")]
     pub report_json: Option<PathBuf>,
+    /// Listen back: a whisper.cpp-compatible transcriber (host:port, POST /inference) that hears
+    /// every chunk; a chunk with too many word errors is generated again with a new seed.
+    #[arg(long)]
+    pub transcriber: Option<String>,
+    /// Language of the text for the transcriber and the word comparison (e.g. en, fi, zh).
+    #[arg(long)]
+    pub language: Option<String>,
+    /// Listen back: how many times a misheard chunk may be regenerated.
+    #[arg(long, default_value_t = 2)]
+    pub retries: u32,
+    /// Listen back: the highest word error rate (0–1) a chunk may have.
+    #[arg(long = "max-wer", default_value_t = 0.3)]
+    pub max_wer: f64,
     /// CPU threads (default: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -106,7 +119,12 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let vocoder_path = resolve::vocoder(&hub, &args.vocoder)?;
     let started = Instant::now();
     let kit = CpuBackend::with_threads(args.threads)?;
-    let synth = Synthesizer::open(&model_path, &vocab_path, &vocoder_path, kit, &f5_dit::Overrides::default())?;
+    let mut synth = Synthesizer::open(&model_path, &vocab_path, &vocoder_path, kit, &f5_dit::Overrides::default())?;
+    if let Some(addr) = &args.transcriber {
+        let transcriber = f5_verify::Transcriber::new(addr, args.language.clone()).with_context(|| format!("transcriber {addr}"))?;
+        let language = f5_verify::language_for(args.language.as_deref());
+        synth = synth.with_listen_back(f5_synth::ListenBack { transcriber: Box::new(transcriber), language });
+    }
     let voice = load_voice(&args)?;
     let load_seconds = started.elapsed().as_secs_f64();
     let opts = SynthOptions {
@@ -117,8 +135,13 @@ pub fn run(args: SynthArgs) -> Result<()> {
         seed: args.seed,
         cross_fade: args.cross_fade,
         fix_duration: args.fix_duration,
+        retries: args.retries,
+        max_wer: args.max_wer,
         ..SynthOptions::default()
     };
+    if !args.quiet && args.transcriber.is_some() {
+        eprintln!("{}", synth.gate_status(&opts));
+    }
     let bar = if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(0) };
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} chunk {msg} [{bar:30}] {pos}/{len} steps, {elapsed}")
@@ -126,11 +149,18 @@ pub fn run(args: SynthArgs) -> Result<()> {
     );
     let synth_started = Instant::now();
     let mut chunk_count = 0;
+    let mut extra_attempts = 0;
     let audio = synth.synthesize(&voice, &text, &opts, &mut |p| match p {
-        Progress::Chunk { index, total, .. } => {
+        Progress::Chunk { index, total, attempt, .. } => {
             chunk_count = total;
-            bar.set_length((total * opts.nfe) as u64);
-            bar.set_message(format!("{}/{total}", index + 1));
+            if attempt == 0 {
+                bar.set_length(((total + extra_attempts) * opts.nfe) as u64);
+                bar.set_message(format!("{}/{total}", index + 1));
+            } else {
+                extra_attempts += 1;
+                bar.set_length(((total + extra_attempts) * opts.nfe) as u64);
+                bar.set_message(format!("{}/{total} (misheard, attempt {})", index + 1, attempt + 1));
+            }
         }
         Progress::Step { .. } => bar.inc(1),
     })?;
@@ -164,8 +194,23 @@ pub fn run(args: SynthArgs) -> Result<()> {
     if let Some(p) = &args.report_json {
         write_report(p, &args, &opts, &audio, load_seconds, synth_seconds)?;
     }
+    let score = if args.transcriber.is_none() {
+        String::new()
+    } else {
+        match audio.score.wer() {
+            Some(w) => format!(
+                ", heard WER {:.1}% ({} of {} words; {} regenerated, {} unchecked)",
+                w * 100.0,
+                audio.score.errors,
+                audio.score.words,
+                audio.score.regenerated,
+                audio.score.unchecked
+            ),
+            None => ", unchecked (the transcriber did not answer)".to_string(),
+        }
+    };
     eprintln!(
-        "{}: {secs:.2} s of audio in {synth_seconds:.1} s (RTF {:.2}), {chunk_count} chunk{}, seed {}{}",
+        "{}: {secs:.2} s of audio in {synth_seconds:.1} s (RTF {:.2}), {chunk_count} chunk{}, seed {}{}{score}",
         args.output.display(),
         synth_seconds / secs.max(1e-9),
         if chunk_count == 1 { "" } else { "s" },
@@ -186,7 +231,13 @@ fn write_report(
     let chunks: Vec<_> = audio
         .chunks
         .iter()
-        .map(|c| serde_json::json!({"text": c.text, "frames": c.frames, "generated_frames": c.generated_frames, "samples": c.samples, "seconds": c.seconds}))
+        .map(|c| {
+            serde_json::json!({
+                "text": c.text, "frames": c.frames, "generated_frames": c.generated_frames, "samples": c.samples, "seconds": c.seconds,
+                "attempts": c.score.attempts, "checked": c.score.checked, "wer": c.score.wer, "errors": c.score.errors, "words": c.score.words,
+                "heard": c.score.transcript, "problem": c.score.problem,
+            })
+        })
         .collect();
     let report = serde_json::json!({
         "model": args.model,
@@ -197,6 +248,7 @@ fn write_report(
         "load_seconds": load_seconds,
         "synth_seconds": synth_seconds,
         "chunks": chunks,
+        "score": {"words": audio.score.words, "errors": audio.score.errors, "attempts": audio.score.attempts, "unchecked": audio.score.unchecked, "regenerated": audio.score.regenerated, "wer": audio.score.wer()},
     });
     std::fs::write(path, serde_json::to_string_pretty(&report)?).with_context(|| format!("cannot write {}", path.display()))
 }

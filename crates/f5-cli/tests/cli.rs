@@ -177,3 +177,42 @@ fn voices_add_use_remove_in_a_private_store() {
     // Only the (now empty) voices directory was ever created in the store.
     assert_eq!(std::fs::read_dir(home.join("voices")).unwrap().count(), 0);
 }
+
+#[test]
+fn a_transcriber_that_is_down_leaves_synthesis_working_and_unchecked() {
+    let out = tmp("down.wav");
+    let report = tmp("down.json");
+    // Port 1 on loopback: nothing listens there, so every request is refused at once.
+    let (ok, _, err) = f5(&[
+        "synth",
+        "-q",
+        "-m",
+        "models/f5-tiny-v1",
+        "--vocab",
+        "vocab.txt",
+        "--vocoder",
+        "models/vocos-tiny",
+        "--ref",
+        "audio/ref_22050.wav",
+        "--ref-text",
+        "The birch canoe slid on the smooth planks.",
+        "-t",
+        "Hello world.",
+        "--nfe",
+        "2",
+        "--seed",
+        "1",
+        "--transcriber",
+        "127.0.0.1:1",
+        "-o",
+        out.to_str().unwrap(),
+        "--report-json",
+        report.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("unchecked"), "{err}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["score"]["unchecked"], 1);
+    assert_eq!(r["chunks"][0]["checked"], false);
+    assert_eq!(r["chunks"][0]["attempts"], 1);
+}

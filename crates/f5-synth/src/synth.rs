@@ -6,6 +6,7 @@ use f5_dit::duration::{estimate_frames, sampled_frames, split_fix_duration, HOP}
 use f5_dit::{F5Model, Noise, Overrides, SampleOptions, Solver, TorchGenerator};
 use f5_gpukit::Backend;
 use f5_text::Vocab;
+use f5_verify::{ChunkScore, Gate, GateStatus, Language, TotalScore, Transcribe};
 use f5_vocos::Vocos;
 
 use crate::voice::Voice;
@@ -33,11 +34,18 @@ pub struct SynthOptions {
     pub fix_duration: Option<f64>,
     pub solver: Solver,
     pub use_epss: bool,
+    /// Listen-back gate: regenerate a chunk up to this many times while its word error rate is
+    /// above `max_wer` (only with a transcriber, see [`Synthesizer::with_listen_back`]).
+    pub retries: u32,
+    pub max_wer: f64,
 }
 
 impl Default for SynthOptions {
     fn default() -> Self {
+        let gate = Gate::default();
         SynthOptions {
+            retries: gate.retries(),
+            max_wer: gate.max_wer(),
             nfe: 32,
             cfg: 2.0,
             sway: Some(-1.0),
@@ -78,8 +86,9 @@ impl SynthOptions {
 /// Where a synthesis is.
 #[derive(Clone, Copy, Debug)]
 pub enum Progress<'a> {
-    /// Chunk `index` (0-based) of `total` starts.
-    Chunk { index: usize, total: usize, text: &'a str },
+    /// Chunk `index` (0-based) of `total` starts (again, with `attempt` > 0, after the
+    /// listen-back check heard too many errors).
+    Chunk { index: usize, total: usize, text: &'a str, attempt: u32 },
     /// `step` of `steps` forwards of the current chunk are done.
     Step { chunk: usize, step: usize, steps: usize },
 }
@@ -93,8 +102,10 @@ pub struct ChunkReport {
     /// Frames of new speech handed to the vocoder.
     pub generated_frames: usize,
     pub samples: usize,
-    /// Wall time of this chunk in seconds.
+    /// Wall time of this chunk in seconds, all attempts.
     pub seconds: f64,
+    /// The listen-back check's verdict (attempts is 1 and `checked` false when it is off).
+    pub score: ChunkScore,
 }
 
 /// A finished synthesis.
@@ -106,6 +117,8 @@ pub struct Audio {
     pub mel: Vec<f32>,
     pub seed: u64,
     pub chunks: Vec<ChunkReport>,
+    /// All chunks' listen-back scores together.
+    pub score: TotalScore,
 }
 
 impl Audio {
@@ -151,11 +164,31 @@ impl CrossFader {
     }
 }
 
+/// A transcriber to listen to each chunk with, and the language its text is normalised in.
+pub struct ListenBack {
+    pub transcriber: Box<dyn Transcribe + Send + Sync>,
+    pub language: &'static dyn Language,
+}
+
 /// The model, the vocoder and the vocabulary, ready to speak.
 pub struct Synthesizer<B: Backend> {
     pub model: F5Model<B>,
     pub vocoder: Vocos<B>,
     pub vocab: Vocab,
+    /// When set, every chunk is transcribed and regenerated while it is misheard.
+    pub listen: Option<ListenBack>,
+}
+
+/// One generated chunk: the wave the gate listens to, and the mel that made it.
+struct ChunkOutput {
+    wave: Vec<f32>,
+    mel: Vec<f32>,
+}
+
+impl AsRef<[f32]> for ChunkOutput {
+    fn as_ref(&self) -> &[f32] {
+        &self.wave
+    }
 }
 
 impl<B: Backend + Clone> Synthesizer<B> {
@@ -178,11 +211,25 @@ impl<B: Backend + Clone> Synthesizer<B> {
                 model.config.mel_dim
             )));
         }
-        Ok(Synthesizer { model, vocoder, vocab })
+        Ok(Synthesizer { model, vocoder, vocab, listen: None })
     }
 }
 
 impl<B: Backend> Synthesizer<B> {
+    /// Turns the listen-back gate on.
+    pub fn with_listen_back(mut self, listen: ListenBack) -> Self {
+        self.listen = Some(listen);
+        self
+    }
+
+    /// Whether chunks will be checked, as a line a user can read.
+    pub fn gate_status(&self, opts: &SynthOptions) -> GateStatus {
+        match Gate::new(opts.retries, opts.max_wer) {
+            Ok(g) => g.status(self.listen.as_ref().map(|l| &*l.transcriber as &dyn Transcribe)),
+            Err(_) => GateStatus::Off,
+        }
+    }
+
     /// Speaks `text` in `voice`; the whole wave in memory. See [`Self::synthesize_streaming`].
     pub fn synthesize(
         &self,
@@ -194,7 +241,8 @@ impl<B: Backend> Synthesizer<B> {
         let mut samples = Vec::new();
         let mut mel = Vec::new();
         let (seed, chunks) = self.run(voice, text, opts, progress, &mut |s| samples.extend(s.iter().map(|&v| v as f32)), Some(&mut mel))?;
-        Ok(Audio { samples, mel, seed, chunks })
+        let score = chunks.iter().map(|c| &c.score).collect();
+        Ok(Audio { samples, mel, seed, chunks, score })
     }
 
     /// Speaks `text` chunk by chunk, handing final samples to `sink` as they are ready.
@@ -246,38 +294,63 @@ impl<B: Backend> Synthesizer<B> {
         let ref_len = voice.wave.len() / HOP;
         let mut fader = CrossFader::new(f5_audio::output::cross_fade_samples(opts.cross_fade, SAMPLE_RATE));
         let mut reports = Vec::with_capacity(chunks.len());
+        let gate = Gate::new(opts.retries, opts.max_wer).map_err(|e| SynthError::Options(e.to_string()))?;
+        let english = f5_verify::English;
+        let (transcriber, language): (Option<&dyn Transcribe>, &dyn Language) = match &self.listen {
+            Some(l) => (Some(&*l.transcriber as &dyn Transcribe), l.language),
+            None => (None, &english),
+        };
         for (i, chunk) in chunks.iter().enumerate() {
             let started = std::time::Instant::now();
-            progress(Progress::Chunk { index: i, total: chunks.len(), text: chunk });
             let tokens = f5_text::to_tokens(&format!("{}{chunk}", voice.model_text))?;
             let ids = self.vocab.ids(&tokens);
             let estimate = estimate_frames(voice.wave.len(), voice.model_text.len(), chunk.len(), opts.speed, fix[i]);
             let frames = sampled_frames(estimate, ids.len(), voice.wave.len());
-            let noise = generator.randn(frames * mel_dim);
-            let mut step = |done: usize, steps: usize| progress(Progress::Step { chunk: i, step: done, steps });
-            let mel = self.model.sample(&ids, &voice.mel, frames, Noise::Given(&noise), &sample_opts, &mut step)?;
-            // The reference drops N // 256 frames, one fewer than the reference mel has: its last
-            // frame reaches the vocoder.
-            let generated = &mel[ref_len * mel_dim..];
-            let gen_frames = frames - ref_len;
-            let mut wave = self.vocoder.decode(generated, gen_frames)?;
-            voice.loudness.undo(&mut wave);
+            // The first attempt always draws from the shared stream, so later chunks get the same
+            // noise whether or not this one is regenerated; retries use seeds of their own.
+            let first_noise = generator.randn(frames * mel_dim);
+            let gated = gate.run(transcriber, language, chunk, SAMPLE_RATE, |attempt| -> Result<ChunkOutput, SynthError> {
+                progress(Progress::Chunk { index: i, total: chunks.len(), text: chunk, attempt });
+                let retry_noise;
+                let noise = if attempt == 0 {
+                    &first_noise
+                } else {
+                    retry_noise = TorchGenerator::new(retry_seed(seed, i, attempt)).randn(frames * mel_dim);
+                    &retry_noise
+                };
+                let mut step = |done: usize, steps: usize| progress(Progress::Step { chunk: i, step: done, steps });
+                let mel = self.model.sample(&ids, &voice.mel, frames, Noise::Given(noise), &sample_opts, &mut step)?;
+                // The reference drops N // 256 frames, one fewer than the reference mel has: its
+                // last frame reaches the vocoder.
+                let generated = mel[ref_len * mel_dim..].to_vec();
+                let mut wave = self.vocoder.decode(&generated, frames - ref_len)?;
+                voice.loudness.undo(&mut wave);
+                Ok(ChunkOutput { wave, mel: generated })
+            })?;
+            let out = gated.output;
             if let Some(m) = mel_out.as_deref_mut() {
-                m.extend_from_slice(generated);
+                m.extend_from_slice(&out.mel);
             }
-            let ready = fader.push(&wave);
+            let ready = fader.push(&out.wave);
             sink(&ready);
             reports.push(ChunkReport {
                 text: chunk.clone(),
                 frames,
-                generated_frames: gen_frames,
-                samples: wave.len(),
+                generated_frames: frames - ref_len,
+                samples: out.wave.len(),
                 seconds: started.elapsed().as_secs_f64(),
+                score: gated.score,
             });
         }
         sink(&fader.finish());
         Ok((seed, reports))
     }
+}
+
+/// The seed of retry `attempt` of chunk `chunk`: distinct per chunk and attempt, derived from
+/// the synthesis seed so a seeded run with the gate on is reproducible too.
+fn retry_seed(seed: u64, chunk: usize, attempt: u32) -> u64 {
+    seed.wrapping_add((chunk as u64) << 32).wrapping_add(attempt as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// A seed when none was asked for: time and process id, mixed. Reported with the result so any

@@ -83,3 +83,64 @@ fn bad_inputs_are_clear_errors() {
     let err = Voice::load(&fixtures().join("audio/ref_22050.wav"), "", 0.1).unwrap_err().to_string();
     assert!(err.contains("transcript"), "{err}");
 }
+
+/// A transcriber that answers from a script, in call order.
+struct Scripted {
+    answers: std::sync::Mutex<std::collections::VecDeque<String>>,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl f5_verify::Transcribe for Scripted {
+    fn transcribe(&self, _samples: &[f32], _rate: u32) -> Result<Option<String>, f5_verify::VerifyError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(self.answers.lock().unwrap().pop_front())
+    }
+    fn describe(&self) -> String {
+        "scripted".into()
+    }
+}
+
+#[test]
+fn the_gate_regenerates_exactly_the_misheard_chunk() {
+    let voice = Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    // Sentences of ~150 bytes against a ~440-byte budget: several chunks.
+    let sentence = "The quick brown fox jumps over the lazy dog while the small cat watches from the warm windowsill and the birds sing in the tall green trees.";
+    let text = [sentence; 9].join(" ");
+    let chunks = f5_text::chunk_text(&text, voice.max_chunk_bytes(1.0));
+    assert!(chunks.len() >= 3, "{chunks:?}");
+    let mut answers: std::collections::VecDeque<String> = chunks.iter().cloned().collect();
+    answers.insert(1, "something else entirely was heard here".into());
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let synth = synthesizer().with_listen_back(f5_synth::ListenBack {
+        transcriber: Box::new(Scripted { answers: std::sync::Mutex::new(answers), calls: calls.clone() }),
+        language: &f5_verify::English,
+    });
+    let opts = SynthOptions { nfe: 1, seed: Some(5), retries: 2, max_wer: 0.3, ..SynthOptions::default() };
+    let mut starts = Vec::new();
+    let audio = synth
+        .synthesize(&voice, &text, &opts, &mut |p| {
+            if let Progress::Chunk { index, attempt, .. } = p {
+                starts.push((index, attempt));
+            }
+        })
+        .unwrap();
+    let mut want: Vec<(usize, u32)> = (0..chunks.len()).map(|i| (i, 0)).collect();
+    want.insert(2, (1, 1));
+    assert_eq!(starts, want, "chunk 2 (index 1) generated twice, every other chunk once");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), chunks.len() + 1);
+    assert_eq!(audio.chunks[1].score.attempts, 2);
+    assert_eq!(audio.chunks[1].score.errors, 0);
+    assert!(audio.chunks.iter().all(|c| c.score.checked));
+    assert_eq!((audio.score.regenerated, audio.score.unchecked, audio.score.attempts as usize), (1, 0, chunks.len() + 1));
+    assert_eq!(audio.score.wer(), Some(0.0));
+
+    // The first attempts draw from one shared stream: regenerating chunk 2 must not change
+    // chunk 3. Without the gate, chunk 3's samples are the same.
+    let plain = synthesizer();
+    let base = plain.synthesize(&voice, &text, &opts, &mut |_| {}).unwrap();
+    assert_eq!(base.score.unchecked, chunks.len());
+    let again = plain.synthesize(&voice, &text, &opts, &mut |_| {}).unwrap();
+    assert!(base.samples == again.samples, "a seeded synthesis is deterministic");
+    let tail = |a: &f5_synth::Audio| a.samples[a.samples.len() - 2000..].to_vec();
+    assert!(tail(&audio) == tail(&base), "the chunk after the regenerated one is unchanged");
+}
