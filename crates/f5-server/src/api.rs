@@ -1,0 +1,601 @@
+//! The HTTP surface: routes, request parsing and limits, the token check, errors as JSON.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use f5_synth::{SynthError, SynthOptions, Voice, VoiceCache, VoiceStore, SAMPLE_RATE};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::engine::{Admission, Engine, JobError, JobOutput, JobSpec};
+use crate::ServerConfig;
+
+/// The loudness references are normalised to before the model hears them (the reference's
+/// `target_rms`).
+const TARGET_RMS: f32 = 0.1;
+/// More ODE steps than this buys nothing audible and lets one request hold the model for long.
+const MAX_NFE: usize = 128;
+/// Lines in one dialogue request.
+const MAX_DIALOGUE_LINES: usize = 64;
+/// The longest pause a dialogue may put between lines, seconds.
+const MAX_PAUSE_SECONDS: f64 = 5.0;
+
+const PAGE: &str = include_str!("page.html");
+
+pub(crate) struct AppState {
+    config: ServerConfig,
+    model_id: String,
+    store: VoiceStore,
+    voices: VoiceCache,
+    pub engine: Arc<Engine>,
+    requests: AtomicU64,
+}
+
+impl AppState {
+    pub fn new(config: ServerConfig, store: VoiceStore, engine: Arc<Engine>) -> Self {
+        let model_id = config.resolved_model_id();
+        AppState { config, model_id, store, voices: VoiceCache::default(), engine, requests: AtomicU64::new(0) }
+    }
+}
+
+type Shared = Arc<AppState>;
+
+pub(crate) fn router(state: Shared) -> Router {
+    // Uploads get their own (larger) body limit; the route-level layer is closer to the
+    // handler than the router-wide one, so it is the one that applies.
+    let upload_limit = state.config.max_upload_bytes.saturating_add(64 << 10);
+    Router::new()
+        .route("/", get(page))
+        .route("/health", get(health))
+        .route("/models", get(models))
+        .route("/tts", post(tts))
+        .route("/dialogue", post(dialogue))
+        .route("/v1/audio/speech", post(openai_speech))
+        .route("/voices", get(list_voices).post(add_voice).layer(DefaultBodyLimit::max(upload_limit)))
+        .route("/voices/{id}", delete(delete_voice))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(DefaultBodyLimit::max(state.config.max_json_bytes))
+        .with_state(state)
+}
+
+// ── errors ──────────────────────────────────────────────────────────────────────────────
+
+/// An error answer: `{"error": "..."}` with its status.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    message: String,
+    retry_after_s: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError { status, message: message.into(), retry_after_s: None }
+    }
+    fn bad(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, Json(json!({ "error": self.message }))).into_response();
+        if let Some(s) = self.retry_after_s {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+fn store_error(e: SynthError) -> ApiError {
+    match e {
+        SynthError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, m),
+        SynthError::Store(m) if m.contains("already exists") => ApiError::new(StatusCode::CONFLICT, m),
+        SynthError::Store(m) if m.starts_with("cannot ") => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m),
+        SynthError::Store(m) | SynthError::Reference(m) | SynthError::Options(m) => ApiError::bad(m),
+        other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
+}
+
+/// A JSON body whose every failure (too large, not JSON, wrong fields) is answered as JSON.
+struct JsonBody<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}")))
+    }
+}
+
+// ── the token ───────────────────────────────────────────────────────────────────────────
+
+/// With a token configured, every endpoint wants it except `/health` (for load balancers and
+/// supervisors) and the page itself, which holds no data and which a browser fetches without
+/// headers; the page asks for the token and sends it on every call it makes.
+async fn require_token(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    let Some(token) = state.config.token.as_deref() else {
+        return next.run(req).await;
+    };
+    let open = req.method() == Method::GET && matches!(req.uri().path(), "/health" | "/");
+    if open || token_matches(req.headers(), token) {
+        return next.run(req).await;
+    }
+    ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response()
+}
+
+fn token_matches(headers: &HeaderMap, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some(value) = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()) else {
+        return false;
+    };
+    // The scheme name is case-insensitive; the token is not.
+    let Some(given) = value.get(..7).filter(|s| s.eq_ignore_ascii_case(b"bearer ")).and_then(|_| value.get(7..)) else {
+        return false;
+    };
+    // Constant time in the content; only the length can show.
+    given.ct_eq(token.as_bytes()).into()
+}
+
+// ── small endpoints ─────────────────────────────────────────────────────────────────────
+
+async fn page() -> Html<&'static str> {
+    Html(PAGE)
+}
+
+async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
+    let s = &state.engine.stats;
+    Json(json!({
+        "status": "ok",
+        "model": state.model_id,
+        "loaded": s.loaded.load(Ordering::SeqCst),
+        "queue_depth": state.engine.depth(),
+        "queue_capacity": state.config.queue_capacity,
+        "loads": s.loads.load(Ordering::SeqCst),
+        "unloads": s.unloads.load(Ordering::SeqCst),
+        "requests": state.requests.load(Ordering::SeqCst),
+        "jobs_done": s.jobs_done.load(Ordering::SeqCst),
+        "jobs_failed": s.jobs_failed.load(Ordering::SeqCst),
+    }))
+}
+
+async fn models(State(state): State<Shared>) -> Json<serde_json::Value> {
+    let loaded = state.engine.stats.loaded.load(Ordering::SeqCst);
+    Json(json!({ "models": [{ "id": state.model_id, "loaded": loaded }] }))
+}
+
+async fn list_voices(State(state): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
+    let store = state.store.clone();
+    let voices = tokio::task::spawn_blocking(move || store.list())
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(store_error)?;
+    let list: Vec<_> = voices.into_iter().map(|v| json!({ "id": v.id, "transcript": v.transcript })).collect();
+    Ok(Json(json!({ "voices": list })))
+}
+
+async fn delete_voice(State(state): State<Shared>, id: Result<Path<String>, PathRejection>) -> Result<StatusCode, ApiError> {
+    let Path(id) = id.map_err(|e| ApiError::bad(e.body_text()))?;
+    check_voice_id(&id)?;
+    let store = state.store.clone();
+    tokio::task::spawn_blocking(move || store.remove(&id))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(store_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn check_voice_id(id: &str) -> Result<(), ApiError> {
+    if f5_synth::valid_id(id) {
+        return Ok(());
+    }
+    let shown: String = id.chars().take(80).collect();
+    Err(ApiError::bad(format!("invalid voice id {shown:?}: use 1–64 letters, digits, '_' or '-'")))
+}
+
+/// `POST /voices`: multipart fields `id`, `transcript`, `audio` (a file), optional `replace`.
+/// Everything is checked — the id, the transcript, that the audio decodes and holds enough
+/// voice to clone — before the store writes anything.
+async fn add_voice(
+    State(state): State<Shared>,
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let mut multipart = multipart.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    let (mut id, mut transcript, mut audio, mut replace) = (None, None, None, false);
+    let mut extension = None;
+    while let Some(field) = multipart.next_field().await.map_err(|e| ApiError::new(e.status(), e.body_text()))? {
+        let name = field.name().unwrap_or_default().to_string();
+        match name.as_str() {
+            "audio" => {
+                extension = audio_extension(field.file_name(), field.content_type());
+                let bytes = field.bytes().await.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+                if bytes.len() > state.config.max_upload_bytes {
+                    return Err(ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("the recording is {} bytes; the limit is {}", bytes.len(), state.config.max_upload_bytes),
+                    ));
+                }
+                audio = Some(bytes);
+            }
+            "id" | "transcript" | "replace" => {
+                let text = field.text().await.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+                match name.as_str() {
+                    "id" => id = Some(text),
+                    "transcript" => transcript = Some(text),
+                    _ => replace = matches!(text.trim(), "1" | "true" | "yes" | "on"),
+                }
+            }
+            other => {
+                return Err(ApiError::bad(format!(
+                    "unknown field {:?}: send id, transcript and audio",
+                    other.chars().take(40).collect::<String>()
+                )))
+            }
+        }
+    }
+    let id = id.ok_or_else(|| ApiError::bad("the field \"id\" is missing"))?;
+    let transcript = transcript.ok_or_else(|| ApiError::bad("the field \"transcript\" is missing"))?;
+    let audio = audio.ok_or_else(|| ApiError::bad("the file field \"audio\" is missing"))?;
+    check_voice_id(&id)?;
+    if transcript.trim().is_empty() {
+        return Err(ApiError::bad("the transcript is empty: give the words spoken in the recording"));
+    }
+    if transcript.len() > f5_synth::store::MAX_TRANSCRIPT_BYTES {
+        return Err(ApiError::bad(format!(
+            "the transcript is {} bytes; the limit is {}",
+            transcript.len(),
+            f5_synth::store::MAX_TRANSCRIPT_BYTES
+        )));
+    }
+    let extension = extension.unwrap_or("wav");
+    let store = state.store.clone();
+    let entry = tokio::task::spawn_blocking(move || {
+        if !replace && store.get(&id).is_ok() {
+            return Err(SynthError::Store(format!("voice {id:?} already exists: send replace=true to overwrite it")));
+        }
+        let decoded = f5_audio::decode_bytes(&audio, "the uploaded recording", Some(extension))
+            .map_err(|e| SynthError::Reference(format!("the upload is not audio this server can read: {e}")))?;
+        Voice::from_audio(&decoded, &transcript, TARGET_RMS)?;
+        store.add(&id, &transcript, &audio, extension, replace)
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(store_error)?;
+    Ok((StatusCode::CREATED, Json(json!({ "id": entry.id, "transcript": entry.transcript }))))
+}
+
+/// The container of an upload, from its file name or else its content type.
+fn audio_extension(file_name: Option<&str>, content_type: Option<&str>) -> Option<&'static str> {
+    let from_name = file_name.and_then(|n| n.rsplit_once('.')).map(|(_, e)| e.to_ascii_lowercase());
+    let by_name = match from_name.as_deref() {
+        Some("wav") | Some("wave") => Some("wav"),
+        Some("mp3") => Some("mp3"),
+        Some("flac") => Some("flac"),
+        Some("ogg") | Some("oga") => Some("ogg"),
+        _ => None,
+    };
+    by_name.or(match content_type.map(|c| c.split(';').next().unwrap_or_default().trim().to_ascii_lowercase()).as_deref() {
+        Some("audio/wav") | Some("audio/x-wav") | Some("audio/wave") | Some("audio/vnd.wave") => Some("wav"),
+        Some("audio/mpeg") | Some("audio/mp3") => Some("mp3"),
+        Some("audio/flac") | Some("audio/x-flac") => Some("flac"),
+        Some("audio/ogg") => Some("ogg"),
+        _ => None,
+    })
+}
+
+// ── synthesis ───────────────────────────────────────────────────────────────────────────
+
+/// The options every synthesis request may carry.
+#[derive(Deserialize, Default)]
+struct Knobs {
+    nfe: Option<usize>,
+    cfg: Option<f32>,
+    sway: Option<f32>,
+    speed: Option<f64>,
+    seed: Option<u64>,
+    cross_fade: Option<f64>,
+    retries: Option<u32>,
+    max_wer: Option<f64>,
+    model: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct TtsRequest {
+    voice: String,
+    text: String,
+    #[serde(flatten)]
+    knobs: Knobs,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DialogueLine {
+    voice: String,
+    text: String,
+    seed: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct DialogueRequest {
+    lines: Vec<DialogueLine>,
+    /// Silence between lines, seconds (default 0.25).
+    pause: Option<f64>,
+    #[serde(flatten)]
+    knobs: Knobs,
+}
+
+/// What OpenAI's `audio.speech.create` sends; fields it may add later are ignored.
+#[derive(Deserialize)]
+struct SpeechRequest {
+    model: String,
+    input: String,
+    voice: String,
+    response_format: Option<String>,
+    speed: Option<f64>,
+}
+
+impl Knobs {
+    fn options(&self, state: &AppState) -> Result<SynthOptions, ApiError> {
+        if let Some(m) = self.model.as_deref() {
+            if m != state.model_id {
+                return Err(ApiError::bad(format!(
+                    "unknown model {:?}: this server runs {:?} (GET /models)",
+                    m.chars().take(64).collect::<String>(),
+                    state.model_id
+                )));
+            }
+        }
+        if self.retries.is_some_and(|r| r > 0) || self.max_wer.is_some() {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "the listen-back check (retries, max_wer) is not available on this server",
+            ));
+        }
+        let defaults = SynthOptions::default();
+        let nfe = self.nfe.unwrap_or(defaults.nfe);
+        if nfe == 0 || nfe > MAX_NFE {
+            return Err(ApiError::bad(format!("nfe must be between 1 and {MAX_NFE}, got {nfe}")));
+        }
+        let speed = self.speed.unwrap_or(defaults.speed);
+        if !(speed.is_finite() && speed > 0.0 && speed <= 10.0) {
+            return Err(ApiError::bad(format!("speed must be in (0, 10], got {speed}")));
+        }
+        let cross_fade = self.cross_fade.unwrap_or(defaults.cross_fade);
+        if !(cross_fade.is_finite() && (0.0..=5.0).contains(&cross_fade)) {
+            return Err(ApiError::bad(format!("cross_fade must be between 0 and 5 s, got {cross_fade}")));
+        }
+        if self.cfg.is_some_and(|c| !c.is_finite()) || self.sway.is_some_and(|s| !s.is_finite()) {
+            return Err(ApiError::bad("cfg and sway must be finite numbers"));
+        }
+        let options = SynthOptions {
+            nfe,
+            cfg: self.cfg.unwrap_or(defaults.cfg),
+            // 0 is the plain grid, as on the command line.
+            sway: match self.sway {
+                None => defaults.sway,
+                Some(s) => (s != 0.0).then_some(s),
+            },
+            speed,
+            seed: self.seed,
+            cross_fade,
+            ..defaults
+        };
+        Ok(options)
+    }
+}
+
+fn check_text(state: &AppState, text: &str) -> Result<(), ApiError> {
+    if text.trim().is_empty() {
+        return Err(ApiError::bad("the text to speak is empty"));
+    }
+    if text.len() > state.config.max_text_bytes {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the text is {} bytes; this server takes at most {}", text.len(), state.config.max_text_bytes),
+        ));
+    }
+    Ok(())
+}
+
+/// The stored voice `id`, prepared (decoded, clipped, mel) off the async workers and cached.
+async fn load_voice(state: &Shared, id: &str) -> Result<Arc<Voice>, ApiError> {
+    check_voice_id(id)?;
+    let state = state.clone();
+    let id = id.to_string();
+    tokio::task::spawn_blocking(move || {
+        let entry = state.store.get(&id)?;
+        state.voices.load(&entry.audio, &entry.transcript, TARGET_RMS).map_err(|e| match e {
+            SynthError::Reference(m) => SynthError::Reference(format!("voice {id:?} cannot be used: {m}")),
+            other => other,
+        })
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| match e {
+        SynthError::Reference(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m),
+        other => store_error(other),
+    })
+}
+
+/// Queues one job and waits for it.
+async fn speak(state: &Shared, spec: JobSpec, admission: Admission) -> Result<JobOutput, ApiError> {
+    let rx = state.engine.submit(spec, admission).map_err(|full| ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        message: "the synthesis queue is full; retry later".into(),
+        retry_after_s: Some(full.retry_after_s),
+    })?;
+    match rx.await {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(JobError::Rejected(m))) => Err(ApiError::bad(m)),
+        Ok(Err(JobError::Failed(m))) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m)),
+        Err(_) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping")),
+    }
+}
+
+/// Scales the wave down once when it would clip 16 bits, rather than clipping it.
+fn limited(mut wave: Vec<f64>) -> Vec<f64> {
+    f5_audio::level::limit_peak_f64(&mut wave, 1.0);
+    wave
+}
+
+fn wav_bytes(wave: &[f64]) -> Result<Vec<u8>, ApiError> {
+    f5_audio::output::encode_wav_pcm16(wave, SAMPLE_RATE).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+/// Headers that say what the server did: the seeds (to reproduce the answer), the lengths,
+/// the time in queue and on the model.
+fn audio_response(
+    state: &AppState,
+    body: Vec<u8>,
+    content_type: &'static str,
+    seeds: &[u64],
+    outputs: &[&JobOutput],
+    seconds: f64,
+) -> Response {
+    let seeds = seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let waited: u128 = outputs.iter().map(|o| o.waited.as_millis()).sum();
+    let ran: u128 = outputs.iter().map(|o| o.ran.as_millis()).sum();
+    let chunks: usize = outputs.iter().map(|o| o.audio.chunks.len()).sum();
+    let mut resp = (StatusCode::OK, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    let mut put = |name: &'static str, value: String| {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    };
+    put("x-f5-seed", seeds);
+    put("x-f5-model", state.model_id.clone());
+    put("x-f5-audio-seconds", format!("{seconds:.3}"));
+    put("x-f5-chunks", chunks.to_string());
+    put("x-f5-queue-ms", waited.to_string());
+    put("x-f5-synth-ms", ran.to_string());
+    // No listen-back check runs yet, so there is no score to report.
+    put("x-f5-verified", "no".into());
+    resp
+}
+
+async fn tts(State(state): State<Shared>, JsonBody(req): JsonBody<TtsRequest>) -> Result<Response, ApiError> {
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    check_text(&state, &req.text)?;
+    let options = req.knobs.options(&state)?;
+    let voice = load_voice(&state, &req.voice).await?;
+    let out = speak(&state, JobSpec { voice, text: req.text, options }, Admission::New).await?;
+    let wave = limited(out.audio.samples.iter().map(|&x| x as f64).collect());
+    let body = wav_bytes(&wave)?;
+    Ok(audio_response(&state, body, "audio/wav", &[out.audio.seed], &[&out], out.audio.seconds()))
+}
+
+/// `POST /dialogue`: each line is its own job, answered in turn, so other clients' requests
+/// interleave with a long dialogue instead of waiting for all of it.
+async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueRequest>) -> Result<Response, ApiError> {
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    if req.lines.is_empty() {
+        return Err(ApiError::bad("the dialogue has no lines"));
+    }
+    if req.lines.len() > MAX_DIALOGUE_LINES {
+        return Err(ApiError::bad(format!("the dialogue has {} lines; the limit is {MAX_DIALOGUE_LINES}", req.lines.len())));
+    }
+    let total: usize = req.lines.iter().map(|l| l.text.len()).sum();
+    if total > state.config.max_text_bytes {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the dialogue is {total} bytes of text; this server takes at most {}", state.config.max_text_bytes),
+        ));
+    }
+    for line in &req.lines {
+        check_text(&state, &line.text)?;
+    }
+    let pause = req.pause.unwrap_or(0.25);
+    if !(pause.is_finite() && (0.0..=MAX_PAUSE_SECONDS).contains(&pause)) {
+        return Err(ApiError::bad(format!("pause must be between 0 and {MAX_PAUSE_SECONDS} s, got {pause}")));
+    }
+    let options = req.knobs.options(&state)?;
+    // Every voice is checked before the first line is queued, so a typo in line 7 does not
+    // cost six syntheses.
+    let mut voices = Vec::with_capacity(req.lines.len());
+    for line in &req.lines {
+        voices.push(load_voice(&state, &line.voice).await?);
+    }
+    let gap = vec![0.0f64; (pause * SAMPLE_RATE as f64).round() as usize];
+    let mut wave = Vec::new();
+    let mut outputs = Vec::with_capacity(req.lines.len());
+    for (i, (line, voice)) in req.lines.into_iter().zip(voices).enumerate() {
+        // A request seed gives each line its own reproducible seed.
+        let seed = line.seed.or(options.seed.map(|s| s.wrapping_add(i as u64)));
+        let spec = JobSpec { voice, text: line.text, options: SynthOptions { seed, ..options.clone() } };
+        let admission = if i == 0 { Admission::New } else { Admission::Continuation };
+        let out = speak(&state, spec, admission).await?;
+        if i > 0 {
+            wave.extend_from_slice(&gap);
+        }
+        wave.extend(out.audio.samples.iter().map(|&x| x as f64));
+        outputs.push(out);
+    }
+    let seconds = wave.len() as f64 / SAMPLE_RATE as f64;
+    let body = wav_bytes(&limited(wave))?;
+    let seeds: Vec<u64> = outputs.iter().map(|o| o.audio.seed).collect();
+    let refs: Vec<&JobOutput> = outputs.iter().collect();
+    Ok(audio_response(&state, body, "audio/wav", &seeds, &refs, seconds))
+}
+
+/// `POST /v1/audio/speech`, as OpenAI's API takes it. OpenAI's model names stand for the
+/// model this server runs, so clients written for OpenAI work unchanged.
+async fn openai_speech(State(state): State<Shared>, JsonBody(req): JsonBody<SpeechRequest>) -> Result<Response, ApiError> {
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    const OPENAI_MODELS: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
+    if req.model != state.model_id && !OPENAI_MODELS.contains(&req.model.as_str()) {
+        return Err(ApiError::bad(format!(
+            "unknown model {:?}: use {:?} or tts-1",
+            req.model.chars().take(64).collect::<String>(),
+            state.model_id
+        )));
+    }
+    let format = req.response_format.as_deref().unwrap_or("wav");
+    if !matches!(format, "wav" | "pcm") {
+        return Err(ApiError::bad(format!(
+            "response_format {:?} is not supported: use wav or pcm",
+            format.chars().take(16).collect::<String>()
+        )));
+    }
+    let speed = req.speed.unwrap_or(1.0);
+    if !(speed.is_finite() && (0.25..=4.0).contains(&speed)) {
+        return Err(ApiError::bad(format!("speed must be between 0.25 and 4.0, got {speed}")));
+    }
+    check_text(&state, &req.input)?;
+    let options = SynthOptions { speed, ..SynthOptions::default() };
+    let voice = load_voice(&state, &req.voice).await?;
+    let out = speak(&state, JobSpec { voice, text: req.input, options }, Admission::New).await?;
+    let wave = limited(out.audio.samples.iter().map(|&x| x as f64).collect());
+    let seconds = out.audio.seconds();
+    if format == "pcm" {
+        // OpenAI's pcm: raw 24 kHz mono signed 16-bit little-endian.
+        let body: Vec<u8> = wave.iter().flat_map(|&x| f5_audio::output::f64_to_pcm16(x).to_le_bytes()).collect();
+        return Ok(audio_response(&state, body, "audio/pcm", &[out.audio.seed], &[&out], seconds));
+    }
+    let body = wav_bytes(&wave)?;
+    Ok(audio_response(&state, body, "audio/wav", &[out.audio.seed], &[&out], seconds))
+}

@@ -1,0 +1,297 @@
+//! The job queue and the model thread.
+//!
+//! The queue is a mutex-guarded deque with a condition variable rather than a channel because
+//! the model thread must wake for three different reasons — a job, a stop, or the idle clock
+//! running out — and a timed wait on the condition variable covers all three with one sleep.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use f5_gpukit::CpuBackend;
+use f5_synth::{Audio, SynthOptions, Synthesizer, Voice};
+use tokio::sync::oneshot;
+
+/// One utterance to speak; each job carries its own options.
+pub(crate) struct JobSpec {
+    pub voice: Arc<Voice>,
+    pub text: String,
+    pub options: SynthOptions,
+}
+
+/// A finished job.
+pub(crate) struct JobOutput {
+    pub audio: Audio,
+    /// Time spent waiting in the queue, and running (a reload included).
+    pub waited: Duration,
+    pub ran: Duration,
+}
+
+/// Why a job did not produce audio.
+#[derive(Debug)]
+pub(crate) enum JobError {
+    /// The request cannot be spoken as asked (options, text): the client's to fix.
+    Rejected(String),
+    /// The server failed (weights could not be reloaded, the engine broke).
+    Failed(String),
+}
+
+type Reply = oneshot::Sender<Result<JobOutput, JobError>>;
+
+struct Job {
+    spec: JobSpec,
+    queued_at: Instant,
+    reply: Reply,
+}
+
+struct QueueState {
+    jobs: VecDeque<Job>,
+    stopping: bool,
+    paused: bool,
+}
+
+/// Counters `GET /health` reports.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub loaded: AtomicBool,
+    pub loads: AtomicU64,
+    pub unloads: AtomicU64,
+    pub jobs_done: AtomicU64,
+    pub jobs_failed: AtomicU64,
+    /// Running mean of a job's run time in milliseconds, for Retry-After.
+    pub mean_job_ms: AtomicU64,
+}
+
+/// How a job is admitted to the queue.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// A new request: refused when the queue is full.
+    New,
+    /// A later line of an admitted dialogue: never refused, so a dialogue that was accepted
+    /// is not cut off half way. Each dialogue has at most one job queued at a time, so this
+    /// can exceed the capacity by at most the number of dialogues in flight.
+    Continuation,
+}
+
+/// The queue was full: the client should come back after `retry_after_s`.
+pub(crate) struct QueueFull {
+    pub retry_after_s: u64,
+}
+
+/// The front of the model thread.
+pub(crate) struct Engine {
+    queue: Mutex<QueueState>,
+    wake: Condvar,
+    capacity: usize,
+    pub stats: Stats,
+}
+
+/// What opens the weights, on the model thread, as often as they are reloaded.
+pub(crate) struct Loader {
+    pub model: PathBuf,
+    pub vocab: PathBuf,
+    pub vocoder: PathBuf,
+    pub threads: usize,
+}
+
+impl Loader {
+    fn open(&self) -> Result<Synthesizer<CpuBackend>, String> {
+        let kit = CpuBackend::with_threads(self.threads).map_err(|e| format!("cannot start {} CPU threads: {e}", self.threads))?;
+        Synthesizer::open(&self.model, &self.vocab, &self.vocoder, kit, &f5_dit::Overrides::default()).map_err(|e| e.to_string())
+    }
+}
+
+/// While held, the model thread takes no job (see `Server::pause_jobs`).
+pub struct PauseGuard {
+    engine: Arc<Engine>,
+}
+
+impl Drop for PauseGuard {
+    fn drop(&mut self) {
+        self.engine.lock().paused = false;
+        self.engine.wake.notify_all();
+    }
+}
+
+enum Next {
+    Run(Job),
+    Unload,
+    Stop,
+}
+
+impl Engine {
+    /// Starts the model thread and waits until it has loaded the weights once.
+    pub async fn start(
+        loader: Loader,
+        capacity: usize,
+        unload_after: Option<Duration>,
+    ) -> Result<(Arc<Engine>, std::thread::JoinHandle<()>), String> {
+        let engine = Arc::new(Engine {
+            queue: Mutex::new(QueueState { jobs: VecDeque::new(), stopping: false, paused: false }),
+            wake: Condvar::new(),
+            capacity,
+            stats: Stats::default(),
+        });
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let thread_engine = engine.clone();
+        let handle = std::thread::Builder::new()
+            .name("f5-model".into())
+            .spawn(move || model_thread(thread_engine, loader, unload_after, ready_tx))
+            .map_err(|e| format!("cannot start the model thread: {e}"))?;
+        match ready_rx.await {
+            Ok(Ok(())) => Ok((engine, handle)),
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = handle.join();
+                Err("the model thread stopped while loading".into())
+            }
+        }
+    }
+
+    /// The queue even when a panicking holder poisoned it: the state is a deque and two
+    /// flags, always consistent between statements.
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a job; the receiver gets its result.
+    pub fn submit(&self, spec: JobSpec, admission: Admission) -> Result<oneshot::Receiver<Result<JobOutput, JobError>>, QueueFull> {
+        let (reply, rx) = oneshot::channel();
+        let mut q = self.lock();
+        if q.stopping || (admission == Admission::New && q.jobs.len() >= self.capacity) {
+            let depth = q.jobs.len() as u64 + 1;
+            let mean_ms = self.stats.mean_job_ms.load(Ordering::Relaxed).max(1);
+            return Err(QueueFull { retry_after_s: (depth * mean_ms).div_ceil(1000).clamp(1, 600) });
+        }
+        q.jobs.push_back(Job { spec, queued_at: Instant::now(), reply });
+        drop(q);
+        self.wake.notify_all();
+        Ok(rx)
+    }
+
+    pub fn depth(&self) -> usize {
+        self.lock().jobs.len()
+    }
+
+    pub fn pause(self: &Arc<Self>) -> PauseGuard {
+        self.lock().paused = true;
+        PauseGuard { engine: self.clone() }
+    }
+
+    /// Asks the model thread to stop; queued jobs are dropped, so their clients get an error.
+    pub fn stop(&self) {
+        self.lock().stopping = true;
+        self.wake.notify_all();
+    }
+
+    /// Sleeps until there is a job, a stop, or the weights have been idle past the limit.
+    fn next(&self, loaded: bool, idle_since: Instant, unload_after: Option<Duration>) -> Next {
+        let mut q = self.lock();
+        loop {
+            if q.stopping {
+                q.jobs.clear();
+                return Next::Stop;
+            }
+            if !q.paused {
+                if let Some(job) = q.jobs.pop_front() {
+                    return Next::Run(job);
+                }
+            }
+            match unload_after.filter(|_| loaded && q.jobs.is_empty()) {
+                Some(limit) => {
+                    let idle = idle_since.elapsed();
+                    if idle >= limit {
+                        return Next::Unload;
+                    }
+                    q = self.wake.wait_timeout(q, limit - idle).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+                }
+                None => q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner()),
+            }
+        }
+    }
+}
+
+fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Duration>, ready: oneshot::Sender<Result<(), String>>) {
+    let stats = &engine.stats;
+    let mut synth = match loader.open() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    stats.loaded.store(true, Ordering::SeqCst);
+    stats.loads.store(1, Ordering::SeqCst);
+    let _ = ready.send(Ok(()));
+    let mut idle_since = Instant::now();
+    loop {
+        match engine.next(synth.is_some(), idle_since, unload_after) {
+            Next::Stop => return,
+            Next::Unload => {
+                synth = None;
+                stats.loaded.store(false, Ordering::SeqCst);
+                stats.unloads.fetch_add(1, Ordering::SeqCst);
+            }
+            Next::Run(job) => {
+                let waited = job.queued_at.elapsed();
+                // A client that went away no longer needs its forward.
+                if job.reply.is_closed() {
+                    continue;
+                }
+                let started = Instant::now();
+                let result = run_job(&mut synth, &loader, &job.spec, stats);
+                let ran = started.elapsed();
+                idle_since = Instant::now();
+                match &result {
+                    Ok(_) => {
+                        stats.jobs_done.fetch_add(1, Ordering::SeqCst);
+                        let ms = ran.as_millis().min(u64::MAX as u128) as u64;
+                        let old = stats.mean_job_ms.load(Ordering::Relaxed);
+                        stats.mean_job_ms.store(if old == 0 { ms } else { (old * 7 + ms) / 8 }, Ordering::Relaxed);
+                    }
+                    // A request the engine refused is the client's mistake, not a failure.
+                    Err(JobError::Rejected(_)) => {}
+                    Err(JobError::Failed(_)) => {
+                        stats.jobs_failed.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                let _ = job.reply.send(result.map(|audio| JobOutput { audio, waited, ran }));
+            }
+        }
+    }
+}
+
+fn run_job(synth: &mut Option<Synthesizer<CpuBackend>>, loader: &Loader, spec: &JobSpec, stats: &Stats) -> Result<Audio, JobError> {
+    if synth.is_none() {
+        let loaded = loader.open().map_err(|e| JobError::Failed(format!("cannot reload the model: {e}")))?;
+        *synth = Some(loaded);
+        stats.loaded.store(true, Ordering::SeqCst);
+        stats.loads.fetch_add(1, Ordering::SeqCst);
+    }
+    let Some(model) = synth.as_ref() else {
+        return Err(JobError::Failed("the model is not loaded".into()));
+    };
+    // A panic inside the engine must not take the model thread (and every later request) with it.
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.synthesize(&spec.voice, &spec.text, &spec.options, &mut |_| {})));
+    // The listen-back gate (transcribe, score against the text, regenerate from another seed
+    // while the word error rate is over the limit) belongs here, around `synthesize`, once
+    // f5-verify provides it; the score then travels back in `JobOutput`.
+    match outcome {
+        Ok(Ok(audio)) => Ok(audio),
+        Ok(Err(f5_synth::SynthError::Options(m))) => Err(JobError::Rejected(m)),
+        Ok(Err(f5_synth::SynthError::Text(e))) => Err(JobError::Rejected(e.to_string())),
+        Ok(Err(e)) => Err(JobError::Failed(e.to_string())),
+        Err(_) => {
+            // The weights may be half-way through something: load them afresh next time.
+            *synth = None;
+            stats.loaded.store(false, Ordering::SeqCst);
+            Err(JobError::Failed("the synthesis engine failed; the model will be reloaded".into()))
+        }
+    }
+}

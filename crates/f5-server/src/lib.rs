@@ -1,0 +1,175 @@
+//! The f5 synthesis service.
+//!
+//! Connections are async tasks: they spend their time on sockets, JSON and file reads. The
+//! forward passes are handed to ONE model thread over a bounded queue, one job per utterance,
+//! because the model's scratch buffers belong to whoever runs it: two forwards at once through
+//! the same weights would corrupt each other, and a second client must wait rather than race.
+//! The model thread is also the only one that lets the weights go when idle (`unload_after`)
+//! and loads them again before the next job.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), f5_server::ServerError> {
+//! let config = f5_server::ServerConfig::new(
+//!     "model.safetensors".into(), "vocab.txt".into(), "vocos.bin".into(), "voices".into());
+//! // Serves until the process ends; pass any future to stop it earlier.
+//! f5_server::serve(config, std::future::pending::<()>()).await
+//! # }
+//! ```
+
+mod api;
+mod engine;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use engine::PauseGuard;
+
+/// Everything `f5 serve` decides.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Where to listen; port 0 picks a free port (see [`Server::local_addr`]).
+    pub addr: SocketAddr,
+    /// The F5 checkpoint, its vocabulary and the vocoder.
+    pub model: PathBuf,
+    pub vocab: PathBuf,
+    pub vocoder: PathBuf,
+    /// The name `GET /models` reports; `None` takes the checkpoint's directory name.
+    pub model_id: Option<String>,
+    /// The voice store directory (created if absent).
+    pub voices_dir: PathBuf,
+    /// When set, every endpoint but `/health` and the page wants `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Free the weights after this long without a job; reload before the next one.
+    pub unload_after: Option<Duration>,
+    /// Jobs that may wait behind the running one before new requests get 503.
+    pub queue_capacity: usize,
+    /// CPU threads for the model (0 = all cores).
+    pub threads: usize,
+    /// Longest text one request may ask for, in UTF-8 bytes (a dialogue: all lines together).
+    pub max_text_bytes: usize,
+    /// Largest voice upload (the multipart body), in bytes.
+    pub max_upload_bytes: usize,
+    /// Largest JSON request body, in bytes.
+    pub max_json_bytes: usize,
+}
+
+impl ServerConfig {
+    /// The defaults `f5 serve` documents: loopback port 7860, 16 waiting jobs, 5000-byte texts,
+    /// 20 MiB uploads, 256 KiB JSON bodies, no token, weights kept loaded.
+    pub fn new(model: PathBuf, vocab: PathBuf, vocoder: PathBuf, voices_dir: PathBuf) -> Self {
+        ServerConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 7860)),
+            model,
+            vocab,
+            vocoder,
+            model_id: None,
+            voices_dir,
+            token: None,
+            unload_after: None,
+            queue_capacity: 16,
+            threads: 0,
+            max_text_bytes: 5000,
+            max_upload_bytes: 20 << 20,
+            max_json_bytes: 256 << 10,
+        }
+    }
+
+    fn resolved_model_id(&self) -> String {
+        if let Some(id) = self.model_id.as_ref().filter(|s| !s.is_empty()) {
+            return id.clone();
+        }
+        self.model
+            .parent()
+            .and_then(|p| p.file_name())
+            .or_else(|| self.model.file_stem())
+            .and_then(|s| s.to_str())
+            .filter(|s| !s.is_empty())
+            .unwrap_or("f5")
+            .to_string()
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("invalid server setting: {0}")]
+    Config(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot load the model: {0}")]
+    Model(String),
+    #[error(transparent)]
+    Store(#[from] f5_synth::SynthError),
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A server that has loaded its model and bound its socket but does not answer yet; splitting
+/// the two lets a caller (and the tests) learn the port before serving.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    state: Arc<api::AppState>,
+    model_thread: std::thread::JoinHandle<()>,
+}
+
+impl Server {
+    /// Loads the weights on the model thread (so a wrong path fails here, not on the first
+    /// request), opens the voice store and binds the socket.
+    pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        if config.queue_capacity == 0 {
+            return Err(ServerError::Config("the queue capacity must be at least 1".into()));
+        }
+        if config.token.as_deref().is_some_and(str::is_empty) {
+            return Err(ServerError::Config("the token is empty".into()));
+        }
+        if config.unload_after.is_some_and(|d| d.is_zero()) {
+            return Err(ServerError::Config("unload-after must be longer than zero".into()));
+        }
+        let store = f5_synth::VoiceStore::open(&config.voices_dir)?;
+        let loader = engine::Loader {
+            model: config.model.clone(),
+            vocab: config.vocab.clone(),
+            vocoder: config.vocoder.clone(),
+            threads: config.threads,
+        };
+        let (engine, model_thread) =
+            engine::Engine::start(loader, config.queue_capacity, config.unload_after).await.map_err(ServerError::Model)?;
+        let listener =
+            tokio::net::TcpListener::bind(config.addr).await.map_err(|source| ServerError::Bind { addr: config.addr, source })?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(api::AppState::new(config, store, engine));
+        Ok(Server { listener, addr, state, model_thread })
+    }
+
+    /// The address actually bound (the real port when the config asked for 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Holds the model thread before its next job until the guard drops. Only for tests that
+    /// need a full queue without depending on how fast a synthesis runs.
+    #[doc(hidden)]
+    pub fn pause_jobs(&self) -> PauseGuard {
+        self.state.engine.pause()
+    }
+
+    /// Answers requests until `shutdown` completes, lets the requests in flight finish, then
+    /// stops the model thread.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+        let app = api::router(self.state.clone());
+        let served = axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await;
+        self.state.engine.stop();
+        let thread = self.model_thread;
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        served.map_err(ServerError::Io)
+    }
+}
+
+/// Loads, binds and serves until `shutdown` completes: what `f5 serve` runs.
+pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+    Server::bind(config).await?.run(shutdown).await
+}

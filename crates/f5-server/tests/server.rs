@@ -1,0 +1,439 @@
+//! The server over real HTTP on a loopback port, with the tiny fixture model.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use reqwest::multipart::{Form, Part};
+use serde_json::json;
+
+async fn error_of(r: reqwest::Response) -> (u16, String) {
+    let status = r.status().as_u16();
+    let ct = r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let body: serde_json::Value = r.json().await.unwrap_or_else(|e| panic!("status {status}: the error body is not JSON ({ct}): {e}"));
+    let msg = body.get("error").and_then(|e| e.as_str()).unwrap_or_else(|| panic!("no \"error\" field in {body}")).to_string();
+    (status, msg)
+}
+
+fn upload_form(id: &str, transcript: &str, audio: Vec<u8>, file_name: &str) -> Form {
+    Form::new()
+        .text("id", id.to_string())
+        .text("transcript", transcript.to_string())
+        .part("audio", Part::bytes(audio).file_name(file_name.to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_answers_and_refuses() {
+    let s = start().await;
+    let c = client();
+
+    // /health and /models
+    let h = health(&c, &s).await;
+    assert_eq!(h["loaded"], true);
+    assert_eq!(h["queue_depth"], 0);
+    assert_eq!(h["loads"], 1);
+    let models: serde_json::Value = c.get(s.url("/models")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(models["models"][0]["id"], "f5-tiny-v1");
+
+    // GET /: one page, its script inline, nothing fetched from elsewhere.
+    let page = c.get(s.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<audio") && html.contains("<script>") && html.contains("fetch(\"tts\""));
+    assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("src=\""), "no external resources");
+
+    // GET /voices
+    let voices: serde_json::Value = c.get(s.url("/voices")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(voices["voices"], json!([{ "id": VOICE, "transcript": TRANSCRIPT }]));
+
+    // POST /tts: a wav, with the seed asked for and the timings in headers.
+    let r = c.post(s.url("/tts")).json(&tts_body("Hello there.", 7)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "audio/wav");
+    assert_eq!(r.headers()["x-f5-seed"], "7");
+    assert_eq!(r.headers()["x-f5-model"], "f5-tiny-v1");
+    for h in ["x-f5-audio-seconds", "x-f5-synth-ms", "x-f5-queue-ms", "x-f5-chunks"] {
+        assert!(r.headers().contains_key(h), "{h}");
+    }
+    let first = r.bytes().await.unwrap();
+    assert!(wav_samples(&first) > 0);
+    // The same request again is the same audio.
+    let again = c.post(s.url("/tts")).json(&tts_body("Hello there.", 7)).send().await.unwrap().bytes().await.unwrap();
+    assert_eq!(first, again);
+
+    // POST /tts refusals
+    let cases = [
+        (json!({ "voice": "nobody", "text": "Hi." }), 404),
+        (json!({ "voice": "../birch", "text": "Hi." }), 400),
+        (json!({ "voice": VOICE, "text": "   " }), 400),
+        (json!({ "voice": VOICE, "text": "Hi.", "nfe": 0 }), 400),
+        (json!({ "voice": VOICE, "text": "Hi.", "nfe": 100000 }), 400),
+        (json!({ "voice": VOICE, "text": "Hi.", "speed": -1.0 }), 400),
+        (json!({ "voice": VOICE, "text": "Hi.", "model": "other" }), 400),
+        (json!({ "voice": VOICE, "text": "Hi.", "max_wer": 0.2 }), 501),
+        (json!({ "voice": VOICE }), 400),
+        (json!({ "voice": VOICE, "text": "x".repeat(6000) }), 413),
+    ];
+    for (body, want) in cases {
+        let r = c.post(s.url("/tts")).json(&body).send().await.unwrap();
+        let (status, msg) = error_of(r).await;
+        assert_eq!(status, want, "{body}: {msg}");
+    }
+    let r = c.post(s.url("/tts")).header("content-type", "application/json").body("{\"voice\": ").send().await.unwrap();
+    let (status, msg) = error_of(r).await;
+    assert_eq!(status, 400);
+    assert!(msg.contains("malformed JSON"), "{msg}");
+
+    // POST /dialogue: k lines, seeds seed, seed+1, …; each line is what /tts gives for it.
+    let body = json!({ "lines": [{ "voice": VOICE, "text": "Hello there." }, { "voice": VOICE, "text": "Fine, thanks." }], "nfe": 4, "seed": 7, "pause": 0 });
+    let r = c.post(s.url("/dialogue")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-f5-seed"], "7,8");
+    let both = r.bytes().await.unwrap();
+    let second = c.post(s.url("/tts")).json(&tts_body("Fine, thanks.", 8)).send().await.unwrap().bytes().await.unwrap();
+    // With no pause and no peak limiting needed, the dialogue's data is the two answers' data back to back.
+    assert_eq!(wav_samples(&both), wav_samples(&first) + wav_samples(&second));
+    assert_eq!(&both[44..44 + first.len() - 44], &first[44..]);
+    assert_eq!(&both[first.len()..], &second[44..]);
+    for (body, want) in [
+        (json!({ "lines": [] }), 400),
+        (json!({ "lines": [{ "voice": VOICE, "text": "Hi." }, { "voice": "nobody", "text": "Hi." }], "nfe": 4 }), 404),
+        (json!({ "lines": [{ "voice": VOICE, "text": "Hi." }], "pause": 99 }), 400),
+        (json!({ "lines": [{ "voice": VOICE, "text": "Hi.", "bogus": 1 }] }), 400),
+    ] {
+        let (status, msg) = error_of(c.post(s.url("/dialogue")).json(&body).send().await.unwrap()).await;
+        assert_eq!(status, want, "{body}: {msg}");
+    }
+
+    // POST /v1/audio/speech: the body OpenAI's client sends, with the API key it always sends
+    // (ignored when the server has no token).
+    let r = c
+        .post(s.url("/v1/audio/speech"))
+        .header("authorization", "Bearer sk-none")
+        .json(&json!({ "model": "tts-1", "input": "Hello there.", "voice": VOICE, "response_format": "wav" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "audio/wav");
+    assert!(wav_samples(&r.bytes().await.unwrap()) > 0);
+    let r = c
+        .post(s.url("/v1/audio/speech"))
+        .json(&json!({ "model": "f5-tiny-v1", "input": "Hello there.", "voice": VOICE, "response_format": "pcm", "speed": 1.5 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "audio/pcm");
+    let pcm = r.bytes().await.unwrap();
+    assert!(!pcm.is_empty() && pcm.len() % 2 == 0 && &pcm[..4] != b"RIFF");
+    for body in [
+        json!({ "model": "tts-1", "input": "Hi.", "voice": VOICE, "response_format": "mp3" }),
+        json!({ "model": "tts-1", "input": "Hi.", "voice": VOICE, "speed": 10.0 }),
+        json!({ "model": "whisper-1", "input": "Hi.", "voice": VOICE }),
+        json!({ "model": "tts-1", "voice": VOICE }),
+    ] {
+        let (status, msg) = error_of(c.post(s.url("/v1/audio/speech")).json(&body).send().await.unwrap()).await;
+        assert_eq!(status, 400, "{body}: {msg}");
+    }
+
+    // POST /voices, then use it, then DELETE it.
+    let r = c.post(s.url("/voices")).multipart(upload_form("alice", TRANSCRIPT, reference_wav(), "alice.wav")).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let listed: serde_json::Value = c.get(s.url("/voices")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(listed["voices"].as_array().map(Vec::len), Some(2));
+    let r = c.post(s.url("/tts")).json(&json!({ "voice": "alice", "text": "Hi.", "nfe": 4, "seed": 1 })).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let (status, _) =
+        error_of(c.post(s.url("/voices")).multipart(upload_form("alice", "Again.", reference_wav(), "a.wav")).send().await.unwrap()).await;
+    assert_eq!(status, 409, "no silent overwrite");
+    let replace = upload_form("alice", "Replaced.", reference_wav(), "a.wav").text("replace", "true");
+    assert_eq!(c.post(s.url("/voices")).multipart(replace).send().await.unwrap().status(), 201);
+    let (status, _) = error_of(c.post(s.url("/voices")).multipart(Form::new().text("id", "bob")).send().await.unwrap()).await;
+    assert_eq!(status, 400, "missing fields");
+    assert_eq!(c.delete(s.url("/voices/alice")).send().await.unwrap().status(), 204);
+    let (status, _) = error_of(c.delete(s.url("/voices/alice")).send().await.unwrap()).await;
+    assert_eq!(status, 404);
+
+    // Unknown paths and methods are JSON errors too.
+    assert_eq!(error_of(c.get(s.url("/nothing")).send().await.unwrap()).await.0, 404);
+    assert_eq!(error_of(c.get(s.url("/tts")).send().await.unwrap()).await.0, 405);
+
+    let h = health(&c, &s).await;
+    assert!(h["requests"].as_u64().unwrap() >= 6);
+    assert_eq!(h["jobs_failed"], 0);
+    s.shutdown().await;
+}
+
+/// 16 clients at once, each with its own seeds and texts; every answer must be exactly what
+/// the same request gets when it is alone on the server (no cross-talk between jobs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_get_exactly_their_own_answers() {
+    const CLIENTS: u64 = 16;
+    const PER_CLIENT: u64 = 10;
+    let texts = ["Hello there.", "A short line.", "Fine, thanks."];
+    let s = start_with(|c| c.queue_capacity = 64, false).await;
+    let c = client();
+    let mut tasks = Vec::new();
+    for client_id in 0..CLIENTS {
+        let c = c.clone();
+        let url = s.url("/tts");
+        tasks.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for i in 0..PER_CLIENT {
+                let seed = client_id * 1000 + i;
+                let text = texts[((client_id + i) % 3) as usize];
+                let r = c.post(&url).json(&tts_body(text, seed)).send().await.expect("request");
+                assert_eq!(r.status(), 200, "client {client_id} request {i}");
+                assert_eq!(r.headers()["x-f5-seed"], seed.to_string().as_str());
+                answers.push((text, seed, r.bytes().await.expect("body")));
+            }
+            answers
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("client task"));
+    }
+    assert_eq!(all.len() as u64, CLIENTS * PER_CLIENT);
+    for (text, seed, got) in all {
+        let alone = c.post(s.url("/tts")).json(&tts_body(text, seed)).send().await.unwrap().bytes().await.unwrap();
+        assert_eq!(got, alone, "text {text:?} seed {seed}: the answer under load differs from the answer alone");
+    }
+    let h = health(&c, &s).await;
+    assert_eq!(h["jobs_done"].as_u64(), Some(2 * CLIENTS * PER_CLIENT));
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_answers_503_with_retry_after() {
+    // The model thread is held, so the queue fills regardless of how fast synthesis runs.
+    let mut s = start_with(|c| c.queue_capacity = 2, true).await;
+    let c = client();
+    let waiting: Vec<_> = (0..2)
+        .map(|i| {
+            let (c, url) = (c.clone(), s.url("/tts"));
+            tokio::spawn(async move { c.post(url).json(&tts_body("Hello there.", i)).send().await.unwrap().status().as_u16() })
+        })
+        .collect();
+    // Bounded wait until both are queued.
+    let mut depth = 0;
+    for _ in 0..400 {
+        depth = health(&c, &s).await["queue_depth"].as_u64().unwrap_or(0);
+        if depth == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(depth, 2);
+    let r = c.post(s.url("/tts")).json(&tts_body("Hello there.", 9)).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry >= 1);
+    assert!(error_of(r).await.1.contains("queue is full"));
+    s.resume();
+    for w in waiting {
+        assert_eq!(w.await.unwrap(), 200, "queued jobs run once the thread is free");
+    }
+    s.shutdown().await;
+}
+
+/// The weights go when idle and come back for the next job; jobs that arrive while they are
+/// gone (or going) wait and succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unload_after_gives_the_weights_back_and_reloads_under_load() {
+    let s = start_with(|c| c.unload_after = Some(Duration::from_millis(200)), false).await;
+    let c = client();
+    for round in 0..3u64 {
+        // Bounded wait for the idle unload.
+        let mut loaded = true;
+        for _ in 0..400 {
+            loaded = health(&c, &s).await["loaded"].as_bool().unwrap_or(true);
+            if !loaded {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(!loaded, "round {round}: unloaded when idle");
+        let burst: Vec<_> = (0..6u64)
+            .map(|i| {
+                let (c, url) = (c.clone(), s.url("/tts"));
+                tokio::spawn(
+                    async move { c.post(url).json(&tts_body("Hello there.", round * 10 + i)).send().await.unwrap().status().as_u16() },
+                )
+            })
+            .collect();
+        for b in burst {
+            assert_eq!(b.await.unwrap(), 200, "round {round}");
+        }
+    }
+    let h = health(&c, &s).await;
+    assert!(h["unloads"].as_u64().unwrap() >= 3, "{h}");
+    assert!(h["loads"].as_u64().unwrap() >= 4, "{h}");
+    assert_eq!(h["jobs_done"], 18);
+    s.shutdown().await;
+}
+
+/// Hostile input: all refused with 4xx, nothing written to the store, the server still fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_are_refused_and_write_nothing() {
+    const TOKEN: &str = "s3cret-token";
+    let s = start_with(
+        |c| {
+            c.token = Some(TOKEN.into());
+            c.max_upload_bytes = 300_000;
+            c.max_json_bytes = 64 << 10;
+        },
+        false,
+    )
+    .await;
+    let c = client();
+    let auth = format!("Bearer {TOKEN}");
+    let before = s.store_listing();
+    assert!(!before.is_empty());
+
+    // The token: health and the page are open; everything else wants it.
+    assert_eq!(c.get(s.url("/health")).send().await.unwrap().status(), 200);
+    assert_eq!(c.get(s.url("/")).send().await.unwrap().status(), 200);
+    for (method, path) in [
+        ("GET", "/voices"),
+        ("GET", "/models"),
+        ("POST", "/tts"),
+        ("POST", "/dialogue"),
+        ("POST", "/v1/audio/speech"),
+        ("DELETE", "/voices/birch"),
+        ("POST", "/voices"),
+    ] {
+        for header in [
+            None,
+            Some("Bearer wrong-token!"),
+            Some("Bearer s3cret-toke"),
+            Some("Bearer s3cret-token2"),
+            Some("s3cret-token"),
+            Some("Basic czNjcmV0"),
+        ] {
+            let mut req = c.request(method.parse().unwrap(), s.url(path));
+            if let Some(h) = header {
+                req = req.header("authorization", h);
+            }
+            let r = req.json(&tts_body("Hi.", 1)).send().await.unwrap();
+            let (status, _) = error_of(r).await;
+            assert_eq!(status, 401, "{method} {path} with {header:?}");
+        }
+    }
+    // The scheme name is case-insensitive (RFC 9110 §11.1).
+    assert_eq!(c.get(s.url("/models")).header("authorization", format!("bearer {TOKEN}")).send().await.unwrap().status(), 200);
+    let r = c.post(s.url("/voices")).multipart(upload_form("mallory", TRANSCRIPT, reference_wav(), "m.wav")).send().await.unwrap();
+    assert_eq!(r.status(), 401, "an upload without the token");
+
+    // Voice ids that could name a path, in the URL (sent raw, so no client normalises them)…
+    let long = "x".repeat(200);
+    for path in [
+        "/voices/..",
+        "/voices/%2e%2e",
+        "/voices/%2E%2E",
+        "/voices/..%2fbirch",
+        "/voices/a%2fb",
+        "/voices/%00",
+        "/voices/a%00b",
+        &format!("/voices/{long}"),
+        "/voices/a/b",
+        "/voices/../voices/birch",
+        "/voices/%ff",
+    ] {
+        let status =
+            s.raw_status(&format!("DELETE {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nConnection: close\r\n\r\n")).await;
+        assert!((400..500).contains(&status), "DELETE {path} → {status}");
+    }
+    // …in a synthesis request…
+    let ids = ["..", "../birch", "a/b", "%2e%2e", "a\0b", long.as_str(), "/etc/passwd", "birch/../birch", ""];
+    for id in ids {
+        let r = c
+            .post(s.url("/tts"))
+            .header("authorization", &auth)
+            .json(&json!({ "voice": id, "text": "Hi.", "nfe": 4 }))
+            .send()
+            .await
+            .unwrap();
+        let (status, _) = error_of(r).await;
+        assert_eq!(status, 400, "tts voice {id:?}");
+    }
+    // …and in an upload.
+    for id in ids {
+        let r = c
+            .post(s.url("/voices"))
+            .header("authorization", &auth)
+            .multipart(upload_form(id, TRANSCRIPT, reference_wav(), "x.wav"))
+            .send()
+            .await
+            .unwrap();
+        let (status, _) = error_of(r).await;
+        assert_eq!(status, 400, "upload id {id:?}");
+    }
+    // An upload over the limit, with a .wav name on noise-free garbage and as a real wav padded out.
+    let mut big = reference_wav();
+    big.resize(400_000, 0);
+    let r = c
+        .post(s.url("/voices"))
+        .header("authorization", &auth)
+        .multipart(upload_form("big", TRANSCRIPT, big, "big.wav"))
+        .send()
+        .await
+        .unwrap();
+    let (status, msg) = error_of(r).await;
+    assert_eq!(status, 413, "{msg}");
+    // Not audio.
+    for (bytes, name) in [
+        (b"MZ\x90\x00 definitely not audio".to_vec(), "evil.wav"),
+        (b"#!/bin/sh\nrm -rf /\n".to_vec(), "x.sh"),
+        (vec![0u8; 5000], "zeros.wav"),
+    ] {
+        let r = c
+            .post(s.url("/voices"))
+            .header("authorization", &auth)
+            .multipart(upload_form("notaudio", TRANSCRIPT, bytes, name))
+            .send()
+            .await
+            .unwrap();
+        let (status, msg) = error_of(r).await;
+        assert_eq!(status, 400, "{name}: {msg}");
+    }
+    // Malformed JSON bodies.
+    for body in
+        ["{", "null", "[]", "{\"voice\": 3, \"text\": \"Hi.\"}", "\u{0}\u{1}", "{\"voice\": \"birch\", \"text\": \"Hi.\", \"nfe\": -4}"]
+    {
+        for path in ["/tts", "/dialogue", "/v1/audio/speech"] {
+            let r = c
+                .post(s.url(path))
+                .header("authorization", &auth)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let (status, msg) = error_of(r).await;
+            assert_eq!(status, 400, "{path} {body:?}: {msg}");
+        }
+    }
+    // A megabyte of text.
+    let mega = "a".repeat(1 << 20);
+    for (path, body) in [
+        ("/tts", json!({ "voice": VOICE, "text": mega })),
+        ("/dialogue", json!({ "lines": [{ "voice": VOICE, "text": mega }] })),
+        ("/v1/audio/speech", json!({ "model": "tts-1", "voice": VOICE, "input": mega })),
+    ] {
+        let r = c.post(s.url(path)).header("authorization", &auth).json(&body).send().await.unwrap();
+        let (status, msg) = error_of(r).await;
+        assert_eq!(status, 413, "{path}: {msg}");
+    }
+
+    assert_eq!(s.store_listing(), before, "nothing was written to the store");
+    let h = health(&c, &s).await;
+    assert_eq!(h["jobs_done"], 0, "no hostile request reached the model");
+    let r = c.post(s.url("/tts")).header("authorization", &auth).json(&tts_body("Still here.", 3)).send().await.unwrap();
+    assert_eq!(r.status(), 200, "the server still works");
+    assert!(wav_samples(&r.bytes().await.unwrap()) > 0);
+    s.shutdown().await;
+}
