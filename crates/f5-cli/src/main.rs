@@ -26,6 +26,9 @@ struct Cli {
 enum Command {
     /// Speak a text in the voice of a reference recording.
     Synth(Box<synth_cmd::SynthArgs>),
+    /// Run the daemon: HTTP API (POST /tts, /dialogue, /v1/audio/speech; voices; health) and a
+    /// web page at /, one model thread behind a job queue.
+    Serve(ServeArgs),
     /// Manage the voice store.
     #[command(subcommand)]
     Voices(VoicesCommand),
@@ -66,6 +69,37 @@ enum Command {
         #[arg(long)]
         raw: bool,
     },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// The F5-TTS checkpoint: path, local id or hub reference (see `f5 synth --help`).
+    #[arg(long, short = 'm')]
+    model: String,
+    /// The checkpoint's vocab.txt (default: beside it).
+    #[arg(long)]
+    vocab: Option<String>,
+    /// The Vocos vocoder: path, local id or hub repo.
+    #[arg(long)]
+    vocoder: String,
+    /// Address to listen on. Anything but loopback exposes the API to the network: set --token.
+    #[arg(long, default_value = "127.0.0.1:7860")]
+    addr: std::net::SocketAddr,
+    /// Voice store directory (default $F5_HOME/voices).
+    #[arg(long)]
+    voices: Option<PathBuf>,
+    /// Require `Authorization: Bearer TOKEN` on every endpoint but /health and the page.
+    #[arg(long, env = "F5_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Free the model when idle this many seconds; reload on the next request.
+    #[arg(long = "unload-after")]
+    unload_after: Option<u64>,
+    /// Jobs that may wait for the model before requests get 503.
+    #[arg(long = "queue", default_value_t = 16)]
+    queue: usize,
+    /// CPU threads for the model (default: all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
 }
 
 #[derive(clap::Args)]
@@ -150,6 +184,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Voices(cmd) => voices(cmd),
+        Command::Serve(a) => serve(a),
         Command::Tokens { vocab, file, show_tokens } => tokens(&vocab, &file, show_tokens),
         Command::Chunks { file, max_bytes } => {
             for chunk in f5_text::chunk_text(&read_text(&file)?, max_bytes) {
@@ -246,6 +281,34 @@ fn vocode(a: &VocodeArgs) -> Result<()> {
     }
     eprintln!("{}: {frames} frames → {:.2} s → {}", a.input.display(), wave.len() as f64 / 24_000.0, a.output.display());
     Ok(())
+}
+
+fn serve(a: ServeArgs) -> Result<()> {
+    let hub = resolve::hub(false);
+    let (model, vocab) = resolve::model(&hub, &a.model, a.vocab.as_deref())?;
+    let vocoder = resolve::vocoder(&hub, &a.vocoder)?;
+    let voices = match a.voices {
+        Some(v) => v,
+        None => f5_synth::store::f5_home().join("voices"),
+    };
+    let mut config = f5_server::ServerConfig::new(model, vocab, vocoder, voices);
+    config.addr = a.addr;
+    config.model_id = Some(a.model.clone());
+    config.token = a.token.filter(|t| !t.is_empty());
+    config.unload_after = a.unload_after.map(std::time::Duration::from_secs);
+    config.queue_capacity = a.queue;
+    config.threads = a.threads;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let server = f5_server::Server::bind(config).await?;
+        eprintln!("f5 serving on http://{} (Ctrl-C to stop)", server.local_addr());
+        server
+            .run(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok::<(), anyhow::Error>(())
+    })
 }
 
 fn models_list(all: bool) -> Result<()> {

@@ -216,3 +216,32 @@ fn a_transcriber_that_is_down_leaves_synthesis_working_and_unchecked() {
     assert_eq!(r["chunks"][0]["checked"], false);
     assert_eq!(r["chunks"][0]["attempts"], 1);
 }
+
+#[test]
+fn serve_starts_and_answers_health() {
+    use std::io::{BufRead, Read, Write};
+    let home = tmp("serve-home");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_f5"))
+        .args(["serve", "-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tiny", "--addr", "127.0.0.1:0"])
+        .current_dir(fixtures())
+        .env("F5_HOME", &home)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    write!(s, "GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+}
