@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use f5_dit::{F5Model, Overrides};
 use f5_gpukit::{AttentionSpec, Backend, CpuBackend, GemmSpec};
 use serde_json::Value;
 
@@ -25,7 +26,7 @@ struct Opts {
 
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let what = args.first().map(String::as_str);
-    let mut opts = Opts { threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1), min_seconds: 0.8, write: true };
+    let mut opts = Opts { threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1), min_seconds: 2.0, write: true };
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -37,7 +38,9 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     }
     match what {
         Some("kit") => kit(root, &opts),
-        _ => bail!("usage: cargo xtask bench kit [--threads N] [--min-seconds S] [--no-write]"),
+        Some("dit") => dit(root, &opts),
+        Some("vocos") => vocos(root, &opts),
+        _ => bail!("usage: cargo xtask bench kit|dit|vocos [--threads N] [--min-seconds S] [--no-write]"),
     }
 }
 
@@ -79,7 +82,7 @@ fn kit(root: &Path, o: &Opts) -> Result<()> {
         let s = best_of(o.min_seconds, || kit.gemm(&nt, &a, &w, Some(&bias), &mut c).expect("gemm"));
         ours_nt.push(flop / s / 1e9);
         let nn = GemmSpec { b: f5_gpukit::MatLayout::row_major(n), ..nt };
-        let s = best_of(o.min_seconds, || kit.gemm(&nn, &a, &w, None, &mut c).expect("gemm"));
+        let s = best_of(o.min_seconds, || kit.gemm(&nn, &a, &w, Some(&bias), &mut c).expect("gemm"));
         ours_nn.push(flop / s / 1e9);
         eprintln!("  gemm {m}×{k}×{n}: NT {:.0} GFLOP/s, NN {:.0} GFLOP/s", ours_nt.last().unwrap_or(&0.0), ours_nn.last().unwrap_or(&0.0));
     }
@@ -107,7 +110,7 @@ fn kit(root: &Path, o: &Opts) -> Result<()> {
         writeln!(md, "Reference: numpy {}, torch {}.", v["numpy"].as_str().unwrap_or("?"), v["torch"].as_str().unwrap_or("not installed"))?;
     }
     writeln!(md)?;
-    writeln!(md, "| f32 GEMM M×K×N | f5-gpukit NT (Linear weight in place, + bias) | f5-gpukit NN | numpy `a @ w.T` | torch `F.linear` | f5 NT / torch |")?;
+    writeln!(md, "| f32 GEMM M×K×N | f5-gpukit NT (Linear weight [out, in] in place, + bias) | f5-gpukit NN (weight pre-transposed [in, out], + bias) | numpy `a @ w.T` | torch `F.linear` | f5 NT / torch |")?;
     writeln!(md, "|---|---|---|---|---|---|")?;
     for (i, &(m, k, n)) in GEMM_SHAPES.iter().enumerate() {
         let key = format!("{m}x{k}x{n}");
@@ -176,4 +179,180 @@ pub fn write_section(path: &Path, name: &str, body: &str) -> Result<()> {
         _ => format!("{}\n{}\n", text.trim_end(), block),
     };
     std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The full-size random checkpoints `cargo xtask fixtures --full-size` writes.
+fn refmodel(root: &Path, rel: &str) -> Result<std::path::PathBuf> {
+    let p = root.join("target/refmodels").join(rel);
+    if !p.exists() {
+        bail!("{} is missing: run `cargo xtask fixtures --full-size` first", p.display());
+    }
+    Ok(p)
+}
+
+fn run_model_reference(root: &Path, args: &[String]) -> Result<Value> {
+    let py = crate::reference_python();
+    let out = Command::new(&py)
+        .current_dir(root)
+        .arg("xtask/bench/model_reference.py")
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot run {py}"))?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// One DiT forward with CFG (batch 2) at n = 1000 frames on the full-size random F5TTS_v1_Base,
+/// ours and the reference's, in the same run.
+fn dit(root: &Path, o: &Opts) -> Result<()> {
+    const N: usize = 1000;
+    const TEXT: usize = 300;
+    const REF: usize = 300;
+    let ckpt = refmodel(root, "f5-v1-base/model_1250000.safetensors")?;
+    let busy = machine::wait_idle(0.10, Duration::from_secs(120));
+    let t0 = Instant::now();
+    let model = F5Model::open(&ckpt, CpuBackend::with_threads(o.threads)?, &Overrides::default())?;
+    let load = t0.elapsed().as_secs_f64();
+    let ids: Vec<u32> = (0..TEXT as u32).map(|i| (i * 7919) % 2545).collect();
+    let cond = fill(REF * 100, 7);
+    let x = model.kit().upload(&fill(N * 100, 8))?;
+    let mods = model.modulations(&[0.5])?;
+    let mut prep = model.prepare(&ids, &cond, N, true)?;
+    let reps = 3;
+    let mut best = f64::INFINITY;
+    model.forward(&mut prep, &mods, 0, &x, None)?;
+    for _ in 0..reps {
+        let t = Instant::now();
+        model.forward(&mut prep, &mods, 0, &x, None)?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    eprintln!("  f5 forward: {best:.2} s (load {load:.1} s)");
+    let args: Vec<String> = [
+        "dit",
+        "--threads",
+        &o.threads.to_string(),
+        "--model",
+        &ckpt.display().to_string(),
+        "--frames",
+        &N.to_string(),
+        "--text-len",
+        &TEXT.to_string(),
+        "--ref-frames",
+        &REF.to_string(),
+        "--reps",
+        &reps.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let reference = run_model_reference(root, &args).unwrap_or_else(|e| {
+        eprintln!("reference side not measured: {e:#}");
+        Value::Null
+    });
+    let theirs = reference.get("forward_seconds").and_then(Value::as_f64);
+    let busy_after = machine::busy_fraction();
+    let mut md = String::new();
+    writeln!(md, "Machine: {}.", machine::describe())?;
+    writeln!(
+        md,
+        "Command: `cargo xtask bench dit --threads {}` (best of {reps} after a warm-up; machine {:.0}% busy before, {:.0}% after).",
+        o.threads,
+        busy * 100.0,
+        busy_after * 100.0
+    )?;
+    writeln!(md, "Weights: full-size random F5TTS_v1_Base (dim 1024, depth 22, 16 heads, 337 M parameters), fp32; one CFG forward = batch 2, n = {N} frames, {TEXT} text tokens, text encoding cached on both sides.")?;
+    writeln!(md)?;
+    writeln!(
+        md,
+        "| | f5 (CPU) | PyTorch {} (CPU, official f5-tts 1.1.22) | f5 / PyTorch time |",
+        reference.get("torch").and_then(Value::as_str).unwrap_or("–")
+    )?;
+    writeln!(md, "|---|---|---|---|")?;
+    let ratio = theirs.map(|t| format!("{:.2}×", best / t)).unwrap_or_else(|| "–".into());
+    writeln!(
+        md,
+        "| one forward, batch 2, n = {N} | {best:.2} s | {} | {ratio} |",
+        theirs.map(|t| format!("{t:.2} s")).unwrap_or_else(|| "–".into())
+    )?;
+    writeln!(
+        md,
+        "| 32-step synthesis (forward × 32, estimated) | {:.0} s | {} | |",
+        best * 32.0,
+        theirs.map(|t| format!("{:.0} s", t * 32.0)).unwrap_or_else(|| "–".into())
+    )?;
+    writeln!(
+        md,
+        "| load checkpoint | {load:.1} s | {} | |",
+        reference.get("load_seconds").and_then(Value::as_f64).map(|t| format!("{t:.1} s")).unwrap_or_else(|| "–".into())
+    )?;
+    println!("{md}");
+    if o.write {
+        write_section(&root.join("docs/benchmarks.md"), &format!("dit-{}t", o.threads), &md)?;
+    }
+    Ok(())
+}
+
+/// Vocos decode of 30 s of audio (2813 frames) on the full-size random vocoder.
+fn vocos(root: &Path, o: &Opts) -> Result<()> {
+    const FRAMES: usize = 2813;
+    let dir = refmodel(root, "vocos-full")?;
+    let busy = machine::wait_idle(0.10, Duration::from_secs(120));
+    let v = f5_vocos::Vocos::open(&dir, CpuBackend::with_threads(o.threads)?)?;
+    let mel: Vec<f32> = fill(FRAMES * 100, 9).iter().map(|x| x - 4.0).collect();
+    let reps = 5;
+    let mut best = f64::INFINITY;
+    v.decode(&mel, FRAMES)?;
+    for _ in 0..reps {
+        let t = Instant::now();
+        v.decode(&mel, FRAMES)?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let audio_s = (FRAMES - 1) as f64 * 256.0 / 24_000.0;
+    let args: Vec<String> = [
+        "vocos",
+        "--threads",
+        &o.threads.to_string(),
+        "--model",
+        &dir.display().to_string(),
+        "--frames",
+        &FRAMES.to_string(),
+        "--reps",
+        &reps.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let reference = run_model_reference(root, &args).unwrap_or_else(|e| {
+        eprintln!("reference side not measured: {e:#}");
+        Value::Null
+    });
+    let theirs = reference.get("decode_seconds").and_then(Value::as_f64);
+    let busy_after = machine::busy_fraction();
+    let mut md = String::new();
+    writeln!(md, "Machine: {}.", machine::describe())?;
+    writeln!(
+        md,
+        "Command: `cargo xtask bench vocos --threads {}` (best of {reps} after a warm-up; machine {:.0}% busy before, {:.0}% after).",
+        o.threads,
+        busy * 100.0,
+        busy_after * 100.0
+    )?;
+    writeln!(md, "Weights: full-size random Vocos (charactr/vocos-mel-24khz architecture, 13.5 M parameters); decode of {FRAMES} frames = {audio_s:.1} s of 24 kHz audio.")?;
+    writeln!(md)?;
+    writeln!(md, "| | f5-vocos (CPU) | vocos 0.1.0 on PyTorch {} (CPU) |", reference.get("torch").and_then(Value::as_str).unwrap_or("–"))?;
+    writeln!(md, "|---|---|---|")?;
+    writeln!(md, "| decode time | {:.3} s | {} |", best, theirs.map(|t| format!("{t:.3} s")).unwrap_or_else(|| "–".into()))?;
+    writeln!(
+        md,
+        "| seconds of audio per second | {:.0} | {} |",
+        audio_s / best,
+        theirs.map(|t| format!("{:.0}", audio_s / t)).unwrap_or_else(|| "–".into())
+    )?;
+    println!("{md}");
+    if o.write {
+        write_section(&root.join("docs/benchmarks.md"), &format!("vocos-{}t", o.threads), &md)?;
+    }
+    Ok(())
 }

@@ -190,21 +190,25 @@ impl Backend for CpuBackend {
     fn gemm(&self, spec: &GemmSpec, a: &Vec<f32>, b: &Vec<f32>, bias: Option<&Vec<f32>>, c: &mut Vec<f32>) -> Result<()> {
         spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
         self.run(|| {
+            gemm_raw(spec, a, b, c, true);
             if let Some(bias) = bias {
-                // Seed C with the bias and accumulate the product onto it: one pass over C
-                // instead of a second one after the GEMM.
+                // A separate, row-parallel pass: seeding C with the bias and accumulating
+                // (read_dst) costs the GEMM more than this pass does.
                 let bias = &bias[..spec.n];
                 for bi in 0..spec.batch {
                     let co = spec.c.offset + bi * spec.c.batch_stride;
-                    for r in 0..spec.m {
-                        let start = co + r * spec.c.row_stride;
-                        c[start..start + spec.n].copy_from_slice(bias);
+                    let rs = spec.c.row_stride;
+                    let end = co + (spec.m.max(1) - 1) * rs + spec.n;
+                    if spec.m == 0 {
+                        continue;
                     }
+                    c[co..end].par_chunks_mut(rs * ROWS_PER_TASK).for_each(|rows| {
+                        for row in rows.chunks_mut(rs) {
+                            let len = row.len().min(spec.n);
+                            simd::axpy(1.0, &bias[..len], &mut row[..len]);
+                        }
+                    });
                 }
-                let accumulate = GemmSpec { beta: 1.0, ..*spec };
-                gemm_raw(&accumulate, a, b, c, true);
-            } else {
-                gemm_raw(spec, a, b, c, true);
             }
         });
         Ok(())
