@@ -144,3 +144,29 @@ fn the_gate_regenerates_exactly_the_misheard_chunk() {
     let tail = |a: &f5_synth::Audio| a.samples[a.samples.len() - 2000..].to_vec();
     assert!(tail(&audio) == tail(&base), "the chunk after the regenerated one is unchanged");
 }
+
+/// A text long enough for two chunks: the reference ran its chunks in order (its thread pool
+/// replaced by an in-order executor), so they drew noise from the one generator one after
+/// another, as f5 does. The golden keeps every 16th sample of the cross-faded wave.
+#[test]
+fn multi_chunk_matches_infer_process_run_in_order() {
+    let index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("goldens/index.json")).unwrap()).unwrap();
+    let entry = &index["files"]["goldens/infer_multichunk_seed7_every16.npy"];
+    let info = &entry["inputs"];
+    let gen_text = info["gen_text"].as_str().expect("gen_text");
+    let want_chunks: Vec<&str> = info["chunks"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    let total = info["samples"].as_u64().unwrap() as usize;
+    let synth = synthesizer();
+    let voice = Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    assert_eq!(voice.max_chunk_bytes(1.0) as u64, info["max_chars"].as_u64().unwrap(), "chunk budget");
+    let opts = SynthOptions { nfe: 4, seed: Some(7), ..SynthOptions::default() };
+    let audio = synth.synthesize(&voice, gen_text, &opts, &mut |_| {}).unwrap();
+    let got_chunks: Vec<&str> = audio.chunks.iter().map(|c| c.text.as_str()).collect();
+    assert_eq!(got_chunks, want_chunks);
+    assert_eq!(audio.samples.len(), total, "cross-faded length");
+    let every16: Vec<f32> = audio.samples.iter().step_by(16).copied().collect();
+    let want = npy_f32("infer_multichunk_seed7_every16.npy");
+    let e = rel_l2(&every16, &want);
+    eprintln!("multi-chunk ({} chunks): wave rel-L2 {e:.2e}", want_chunks.len());
+    assert!(e <= 1e-3, "wave rel-L2 {e:e}");
+}
