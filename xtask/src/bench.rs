@@ -40,7 +40,8 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         Some("kit") => kit(root, &opts),
         Some("dit") => dit(root, &opts),
         Some("vocos") => vocos(root, &opts),
-        _ => bail!("usage: cargo xtask bench kit|dit|vocos [--threads N] [--min-seconds S] [--no-write]"),
+        Some("text") => text(root, &opts),
+        _ => bail!("usage: cargo xtask bench kit|dit|vocos|text [--threads N] [--min-seconds S] [--no-write]"),
     }
 }
 
@@ -353,6 +354,59 @@ fn vocos(root: &Path, o: &Opts) -> Result<()> {
     println!("{md}");
     if o.write {
         write_section(&root.join("docs/benchmarks.md"), &format!("vocos-{}t", o.threads), &md)?;
+    }
+    Ok(())
+}
+
+/// The text front end on 1 MB of mixed Chinese, English and diacritic text (the golden corpus
+/// repeated), one thread, ours and the reference's.
+fn text(root: &Path, o: &Opts) -> Result<()> {
+    let corpus = std::fs::read_to_string(root.join("fixtures/text/corpus.txt")).context("fixtures/text/corpus.txt")?;
+    let mut big = String::new();
+    while big.len() < 1 << 20 {
+        big.push_str(&corpus);
+    }
+    let path = root.join("target/bench-text-1mb.txt");
+    std::fs::write(&path, &big)?;
+    let vocab = f5_text::Vocab::load(root.join("fixtures/vocab.txt"))?;
+    let lines: Vec<&str> = big.split('\n').collect();
+    let busy = machine::wait_idle(0.10, Duration::from_secs(120));
+    let mut tokens_total = 0usize;
+    let s = best_of(o.min_seconds, || {
+        tokens_total = 0;
+        for line in &lines {
+            let t = f5_text::to_tokens(line).expect("tokens");
+            tokens_total += vocab.ids(&t).len();
+        }
+    });
+    let reps = "3".to_string();
+    let py = crate::reference_python();
+    let reference: Value = Command::new(&py)
+        .current_dir(root)
+        .args(["xtask/bench/text_reference.py", &path.display().to_string(), "fixtures/vocab.txt", &reps])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| serde_json::from_slice(&out.stdout).ok())
+        .unwrap_or(Value::Null);
+    let theirs = reference.get("seconds").and_then(Value::as_f64);
+    let mb = big.len() as f64 / 1e6;
+    let mut md = String::new();
+    writeln!(md, "Machine: {}.", machine::describe())?;
+    writeln!(md, "Command: `cargo xtask bench text` (one thread; best of the runs; machine {:.0}% busy before).", busy * 100.0)?;
+    writeln!(md, "Input: `fixtures/text/corpus.txt` repeated to {mb:.2} MB ({} lines, {tokens_total} tokens): Chinese with polyphones and sandhi, English, Finnish/German/French, symbols.", lines.len())?;
+    writeln!(md)?;
+    writeln!(md, "| text → token ids | f5-text | f5-tts 1.1.22 (`convert_char_to_pinyin` + vocab) |")?;
+    writeln!(md, "|---|---|---|")?;
+    writeln!(
+        md,
+        "| time | {s:.2} s ({:.1} MB/s) | {} |",
+        mb / s,
+        theirs.map(|t| format!("{t:.2} s ({:.2} MB/s)", mb / t)).unwrap_or_else(|| "–".into())
+    )?;
+    println!("{md}");
+    if o.write {
+        write_section(&root.join("docs/benchmarks.md"), "text", &md)?;
     }
     Ok(())
 }

@@ -68,6 +68,13 @@ pub struct SynthArgs {
     /// Total duration in seconds (reference included) instead of the estimate.
     #[arg(long = "fix-duration")]
     pub fix_duration: Option<f64>,
+    /// Remove pauses of a second or more from the result (the reference's remove_silence).
+    #[arg(long = "remove-silence")]
+    pub remove_silence: bool,
+    /// Loudness the reference is raised to when quieter (the result is scaled back by the same
+    /// factor, so you hear your own loudness).
+    #[arg(long = "target-rms", default_value_t = 0.1)]
+    pub target_rms: f32,
     /// Write the generated mel [frames, 100] (all chunks) to this .npy.
     #[arg(long = "save-mel")]
     pub save_mel: Option<PathBuf>,
@@ -101,7 +108,10 @@ fn load_voice(args: &SynthArgs) -> Result<Voice> {
         (None, Some(wav), Some(t)) => (wav.clone(), t.clone()),
         _ => bail!("give a voice: --voice DIR, or --ref WAV with --ref-text \"what it says\""),
     };
-    Ok(Voice::load(&audio, &transcript, f5_audio::level::TARGET_RMS)?)
+    if !(args.target_rms.is_finite() && args.target_rms > 0.0 && args.target_rms <= 1.0) {
+        bail!("--target-rms must be in (0, 1], got {}", args.target_rms);
+    }
+    Ok(Voice::load(&audio, &transcript, args.target_rms)?)
 }
 
 pub fn run(args: SynthArgs) -> Result<()> {
@@ -110,6 +120,9 @@ pub fn run(args: SynthArgs) -> Result<()> {
         (None, Some(f)) => crate::read_text(f)?,
         _ => bail!("give the text to speak with --text or --file"),
     };
+    if text.trim().is_empty() {
+        bail!("the text to speak is empty");
+    }
     let ext = args.output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     if !matches!(ext.as_deref(), Some("wav") | Some("npy")) {
         bail!("{}: the output must end in .wav or .npy", args.output.display());
@@ -120,6 +133,17 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let started = Instant::now();
     let kit = CpuBackend::with_threads(args.threads)?;
     let mut synth = Synthesizer::open(&model_path, &vocab_path, &vocoder_path, kit, &f5_dit::Overrides::default())?;
+    if !args.quiet {
+        let c = &synth.model.config;
+        let variant = c.variant().map_or("mixed", |v| v.name());
+        match &c.source {
+            f5_dit::TraitSource::Yaml(p) => eprintln!("model: {variant}, {} heads of {} (from {})", c.heads, c.dim_head, p.display()),
+            _ => eprintln!(
+                "model: {variant}, {} heads of {} (no training config beside the checkpoint: defaults; put the model's .yaml beside it if it is a v0 model)",
+                c.heads, c.dim_head
+            ),
+        }
+    }
     if let Some(addr) = &args.transcriber {
         let transcriber = f5_verify::Transcriber::new(addr, args.language.clone()).with_context(|| format!("transcriber {addr}"))?;
         let language = f5_verify::language_for(args.language.as_deref());
@@ -150,86 +174,139 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let synth_started = Instant::now();
     let mut chunk_count = 0;
     let mut extra_attempts = 0;
-    let audio = synth.synthesize(&voice, &text, &opts, &mut |p| match p {
+    let mut progress = |p: Progress<'_>| match p {
         Progress::Chunk { index, total, attempt, .. } => {
             chunk_count = total;
+            if attempt > 0 {
+                extra_attempts += 1;
+            }
+            bar.set_length(((total + extra_attempts) * opts.nfe) as u64);
             if attempt == 0 {
-                bar.set_length(((total + extra_attempts) * opts.nfe) as u64);
                 bar.set_message(format!("{}/{total}", index + 1));
             } else {
-                extra_attempts += 1;
-                bar.set_length(((total + extra_attempts) * opts.nfe) as u64);
                 bar.set_message(format!("{}/{total} (misheard, attempt {})", index + 1, attempt + 1));
             }
         }
         Progress::Step { .. } => bar.inc(1),
-    })?;
+    };
+    // A wav without a mel to save or silences to remove is written as the chunks come out, so a
+    // text of any length needs memory for one chunk only.
+    let streaming = ext.as_deref() == Some("wav") && args.save_mel.is_none() && !args.remove_silence;
+    let tmp = args.output.with_extension(format!("{}.partial", ext.as_deref().unwrap_or("out")));
+    let (samples_written, seed, chunks, note) = if streaming {
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: f5_synth::SAMPLE_RATE,
+            bits_per_sample: if args.float { 32 } else { 16 },
+            sample_format: if args.float { hound::SampleFormat::Float } else { hound::SampleFormat::Int },
+        };
+        let mut writer = hound::WavWriter::create(&tmp, spec).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let (mut written, mut clipped, mut failed) = (0usize, 0usize, None::<hound::Error>);
+        let result = synth.synthesize_streaming(&voice, &text, &opts, &mut progress, &mut |block| {
+            for &x in block {
+                if failed.is_some() {
+                    return;
+                }
+                let r = if args.float {
+                    writer.write_sample(x as f32)
+                } else {
+                    if x.abs() > 1.0 {
+                        clipped += 1;
+                    }
+                    writer.write_sample(f5_audio::output::f64_to_pcm16(x))
+                };
+                if let Err(e) = r {
+                    failed = Some(e);
+                }
+                written += 1;
+            }
+        });
+        let (seed, chunks) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                drop(writer);
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e.into());
+            }
+        };
+        if let Some(e) = failed {
+            let _ = std::fs::remove_file(&tmp);
+            bail!("cannot write {}: {e}", tmp.display());
+        }
+        writer.finalize().with_context(|| format!("cannot write {}", tmp.display()))?;
+        let note = if clipped > 0 { format!(", {clipped} samples beyond full scale clipped") } else { String::new() };
+        (written, seed, chunks, note)
+    } else {
+        let audio = synth.synthesize(&voice, &text, &opts, &mut progress)?;
+        let mut samples = if args.remove_silence { f5_synth::remove_long_silences(&audio.samples)? } else { audio.samples.clone() };
+        let peak = f5_audio::level::peak(&samples);
+        let limited = ext.as_deref() == Some("wav") && !args.float && peak > 1.0;
+        if limited {
+            // 16-bit cannot hold it: scale down once instead of clipping.
+            f5_audio::level::limit_peak(&mut samples, 1.0);
+        }
+        match ext.as_deref() {
+            Some("npy") => npy::write_f32(&tmp, &[samples.len() as u64], &samples)?,
+            _ => {
+                let wide: Vec<f64> = samples.iter().map(|&v| v as f64).collect();
+                if args.float {
+                    f5_audio::output::write_wav_f32(&tmp, &wide, f5_synth::SAMPLE_RATE)?;
+                } else {
+                    f5_audio::output::write_wav_pcm16(&tmp, &wide, f5_synth::SAMPLE_RATE)?;
+                }
+            }
+        }
+        if let Some(p) = &args.save_mel {
+            npy::write_f32(p, &[(audio.mel.len() / 100) as u64, 100], &audio.mel)?;
+        }
+        let note = if limited { format!(", peak {peak:.2} scaled to 1.0") } else { String::new() };
+        (samples.len(), audio.seed, audio.chunks, note)
+    };
+    std::fs::rename(&tmp, &args.output).with_context(|| format!("cannot write {}", args.output.display()))?;
     bar.finish_and_clear();
     let synth_seconds = synth_started.elapsed().as_secs_f64();
-
-    let mut samples = audio.samples.clone();
-    let peak = f5_audio::level::peak(&samples);
-    let limited = ext.as_deref() == Some("wav") && !args.float && peak > 1.0;
-    if limited {
-        // 16-bit cannot hold it: scale down once instead of clipping.
-        f5_audio::level::limit_peak(&mut samples, 1.0);
-    }
-    match ext.as_deref() {
-        Some("npy") => npy::write_f32(&args.output, &[samples.len() as u64], &samples)?,
-        _ => {
-            let wide: Vec<f64> = samples.iter().map(|&v| v as f64).collect();
-            let tmp = args.output.with_extension("wav.partial");
-            if args.float {
-                f5_audio::output::write_wav_f32(&tmp, &wide, f5_synth::SAMPLE_RATE)?;
-            } else {
-                f5_audio::output::write_wav_pcm16(&tmp, &wide, f5_synth::SAMPLE_RATE)?;
-            }
-            std::fs::rename(&tmp, &args.output).with_context(|| format!("cannot write {}", args.output.display()))?;
-        }
-    }
-    if let Some(p) = &args.save_mel {
-        npy::write_f32(p, &[(audio.mel.len() / 100) as u64, 100], &audio.mel)?;
-    }
-    let secs = audio.seconds();
+    let total: f5_synth::TotalScore = chunks.iter().map(|c| &c.score).collect();
+    let secs = samples_written as f64 / f5_synth::SAMPLE_RATE as f64;
     if let Some(p) = &args.report_json {
-        write_report(p, &args, &opts, &audio, load_seconds, synth_seconds)?;
+        write_report(p, &args, &opts, seed, secs, &chunks, &total, load_seconds, synth_seconds)?;
     }
     let score = if args.transcriber.is_none() {
         String::new()
     } else {
-        match audio.score.wer() {
+        match total.wer() {
             Some(w) => format!(
                 ", heard WER {:.1}% ({} of {} words; {} regenerated, {} unchecked)",
                 w * 100.0,
-                audio.score.errors,
-                audio.score.words,
-                audio.score.regenerated,
-                audio.score.unchecked
+                total.errors,
+                total.words,
+                total.regenerated,
+                total.unchecked
             ),
             None => ", unchecked (the transcriber did not answer)".to_string(),
         }
     };
     eprintln!(
-        "{}: {secs:.2} s of audio in {synth_seconds:.1} s (RTF {:.2}), {chunk_count} chunk{}, seed {}{}{score}",
+        "{}: {secs:.2} s of audio in {synth_seconds:.1} s (RTF {:.2}), {chunk_count} chunk{}, seed {seed}{note}{score}",
         args.output.display(),
         synth_seconds / secs.max(1e-9),
         if chunk_count == 1 { "" } else { "s" },
-        audio.seed,
-        if limited { format!(", peak {peak:.2} scaled to 1.0") } else { String::new() }
     );
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_report(
     path: &Path,
     args: &SynthArgs,
     opts: &SynthOptions,
-    audio: &f5_synth::Audio,
+    seed: u64,
+    audio_seconds: f64,
+    chunks: &[f5_synth::ChunkReport],
+    total: &f5_synth::TotalScore,
     load_seconds: f64,
     synth_seconds: f64,
 ) -> Result<()> {
-    let chunks: Vec<_> = audio
-        .chunks
+    let chunks: Vec<_> = chunks
         .iter()
         .map(|c| {
             serde_json::json!({
@@ -243,12 +320,12 @@ fn write_report(
         "model": args.model,
         "vocoder": args.vocoder,
         "options": {"nfe": opts.nfe, "cfg": opts.cfg, "sway": opts.sway, "speed": opts.speed, "cross_fade": opts.cross_fade, "fix_duration": opts.fix_duration},
-        "seed": audio.seed,
-        "audio_seconds": audio.seconds(),
+        "seed": seed,
+        "audio_seconds": audio_seconds,
         "load_seconds": load_seconds,
         "synth_seconds": synth_seconds,
         "chunks": chunks,
-        "score": {"words": audio.score.words, "errors": audio.score.errors, "attempts": audio.score.attempts, "unchecked": audio.score.unchecked, "regenerated": audio.score.regenerated, "wer": audio.score.wer()},
+        "score": {"words": total.words, "errors": total.errors, "attempts": total.attempts, "unchecked": total.unchecked, "regenerated": total.regenerated, "wer": total.wer()},
     });
     std::fs::write(path, serde_json::to_string_pretty(&report)?).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -245,3 +245,51 @@ fn serve_starts_and_answers_health() {
     let _ = child.wait();
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
 }
+
+#[test]
+fn streamed_wav_equals_the_whole_synthesis_and_remove_silence_keeps_speech_without_pauses() {
+    let text = "Hello world, this is a tiny test. And here is a second sentence to speak.";
+    let base = [
+        "synth",
+        "-q",
+        "-m",
+        "models/f5-tiny-v1",
+        "--vocab",
+        "vocab.txt",
+        "--vocoder",
+        "models/vocos-tiny",
+        "--ref",
+        "audio/ref_22050.wav",
+        "--ref-text",
+        "The birch canoe slid on the smooth planks.",
+        "-t",
+        text,
+        "--nfe",
+        "2",
+        "--seed",
+        "9",
+    ];
+    let wav = tmp("stream.wav");
+    let npy = tmp("whole.npy");
+    let (ok, _, err) = f5(&[&base[..], &["-o", wav.to_str().unwrap()]].concat());
+    assert!(ok, "{err}");
+    let (ok, _, err) = f5(&[&base[..], &["-o", npy.to_str().unwrap()]].concat());
+    assert!(ok, "{err}");
+    let streamed: Vec<i16> = hound::WavReader::open(&wav).unwrap().samples::<i16>().map(|s| s.unwrap()).collect();
+    let bytes = std::fs::read(&npy).unwrap();
+    let whole: Vec<f32> = npyz::NpyFile::new(&bytes[..]).unwrap().into_vec().unwrap();
+    assert_eq!(streamed.len(), whole.len());
+    let peak = whole.iter().fold(0f32, |m, x| m.max(x.abs()));
+    assert!(peak <= 1.0, "this fixture run stays within full scale ({peak})");
+    // libsndfile's rule, floor(x · 32768): the streamed file is exactly the whole wave in 16 bits.
+    let mismatches =
+        streamed.iter().zip(&whole).filter(|(s, w)| **s as f64 != ((**w as f64) * 32768.0).floor().clamp(-32768.0, 32767.0)).count();
+    assert_eq!(mismatches, 0);
+    let trimmed = tmp("trimmed.wav");
+    let (ok, _, err) = f5(&[&base[..], &["--remove-silence", "-o", trimmed.to_str().unwrap()]].concat());
+    assert!(ok, "{err}");
+    // No pause of a second here, so nothing is removed; pydub's millisecond slicing may pad the
+    // last millisecond with up to 2 ms of frames, as the reference's output would be.
+    let n = hound::WavReader::open(&trimmed).unwrap().len() as usize;
+    assert!(n >= streamed.len() && n <= streamed.len() + 48, "{n} vs {}", streamed.len());
+}

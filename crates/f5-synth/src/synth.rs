@@ -364,6 +364,19 @@ fn random_seed() -> u64 {
     (x ^ (x >> 31)) >> 1
 }
 
+/// The reference's `remove_silence_for_generated_wav`: the 16-bit wave split at pauses of a second
+/// or more below −50 dBFS, keeping 500 ms around each piece, and the pieces joined.
+pub fn remove_long_silences(samples: &[f32]) -> Result<Vec<f32>, SynthError> {
+    let ints: Vec<i32> = samples.iter().map(|&x| f5_audio::output::f64_to_pcm16(x as f64) as i32).collect();
+    let seg = f5_audio::PcmSegment::new(ints, 1, SAMPLE_RATE, 2).map_err(|e| SynthError::Options(e.to_string()))?;
+    let pieces = f5_audio::silence::split_on_silence(&seg, 1000, -50.0, 500, 10);
+    let mut out: Vec<f32> = Vec::with_capacity(samples.len());
+    for p in &pieces {
+        out.extend(p.samples().iter().map(|&v| v as f32 / 32768.0));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
