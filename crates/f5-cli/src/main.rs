@@ -100,6 +100,13 @@ struct ServeArgs {
     /// CPU threads for the model (default: all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Listen back: a whisper.cpp-compatible transcriber (host:port); requests may then set
+    /// retries/max_wer and answers carry X-F5-Score.
+    #[arg(long)]
+    transcriber: Option<String>,
+    /// Language of the texts, for the transcriber and the word comparison.
+    #[arg(long)]
+    language: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -298,6 +305,8 @@ fn serve(a: ServeArgs) -> Result<()> {
     config.unload_after = a.unload_after.map(std::time::Duration::from_secs);
     config.queue_capacity = a.queue;
     config.threads = a.threads;
+    config.transcriber = a.transcriber;
+    config.language = a.language;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     rt.block_on(async move {
         let server = f5_server::Server::bind(config).await?;

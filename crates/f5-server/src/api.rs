@@ -368,11 +368,20 @@ impl Knobs {
                 )));
             }
         }
-        if self.retries.is_some_and(|r| r > 0) || self.max_wer.is_some() {
+        if state.config.transcriber.is_none() && (self.retries.is_some_and(|r| r > 0) || self.max_wer.is_some()) {
             return Err(ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
-                "the listen-back check (retries, max_wer) is not available on this server",
+                "the listen-back check (retries, max_wer) needs a transcriber: start the server with --transcriber host:port",
             ));
+        }
+        let gate_defaults = SynthOptions::default();
+        let retries = self.retries.unwrap_or(gate_defaults.retries);
+        let max_wer = self.max_wer.unwrap_or(gate_defaults.max_wer);
+        if f5_verify::Gate::new(retries, max_wer).is_err() {
+            return Err(ApiError::bad(format!(
+                "retries must be at most {} and max_wer a number >= 0, got {retries} and {max_wer}",
+                f5_verify::MAX_GATE_RETRIES
+            )));
         }
         let defaults = SynthOptions::default();
         let nfe = self.nfe.unwrap_or(defaults.nfe);
@@ -391,6 +400,8 @@ impl Knobs {
             return Err(ApiError::bad("cfg and sway must be finite numbers"));
         }
         let options = SynthOptions {
+            retries,
+            max_wer,
             nfe,
             cfg: self.cfg.unwrap_or(defaults.cfg),
             // 0 is the plain grid, as on the command line.
@@ -493,8 +504,22 @@ fn audio_response(
     put("x-f5-chunks", chunks.to_string());
     put("x-f5-queue-ms", waited.to_string());
     put("x-f5-synth-ms", ran.to_string());
-    // No listen-back check runs yet, so there is no score to report.
-    put("x-f5-verified", "no".into());
+    let total: f5_synth::TotalScore = outputs.iter().flat_map(|o| o.audio.chunks.iter().map(|c| &c.score)).collect();
+    if state.config.transcriber.is_none() {
+        put("x-f5-verified", "no".into());
+    } else {
+        put("x-f5-verified", if total.unchecked == 0 { "yes" } else { "partly" }.into());
+        put(
+            "x-f5-score",
+            format!(
+                "words={} errors={} attempts={} regenerated={} unchecked={}",
+                total.words, total.errors, total.attempts, total.regenerated, total.unchecked
+            ),
+        );
+        if let Some(w) = total.wer() {
+            put("x-f5-wer", format!("{w:.4}"));
+        }
+    }
     resp
 }
 

@@ -94,12 +94,25 @@ pub(crate) struct Loader {
     pub vocab: PathBuf,
     pub vocoder: PathBuf,
     pub threads: usize,
+    pub transcriber: Option<String>,
+    pub language: Option<String>,
 }
 
 impl Loader {
     fn open(&self) -> Result<Synthesizer<CpuBackend>, String> {
         let kit = CpuBackend::with_threads(self.threads).map_err(|e| format!("cannot start {} CPU threads: {e}", self.threads))?;
-        Synthesizer::open(&self.model, &self.vocab, &self.vocoder, kit, &f5_dit::Overrides::default()).map_err(|e| e.to_string())
+        let synth =
+            Synthesizer::open(&self.model, &self.vocab, &self.vocoder, kit, &f5_dit::Overrides::default()).map_err(|e| e.to_string())?;
+        Ok(match &self.transcriber {
+            Some(addr) => {
+                let t = f5_verify::Transcriber::new(addr, self.language.clone()).map_err(|e| format!("transcriber {addr}: {e}"))?;
+                synth.with_listen_back(f5_synth::ListenBack {
+                    transcriber: Box::new(t),
+                    language: f5_verify::language_for(self.language.as_deref()),
+                })
+            }
+            None => synth,
+        })
     }
 }
 
@@ -279,9 +292,8 @@ fn run_job(synth: &mut Option<Synthesizer<CpuBackend>>, loader: &Loader, spec: &
     // A panic inside the engine must not take the model thread (and every later request) with it.
     let outcome =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.synthesize(&spec.voice, &spec.text, &spec.options, &mut |_| {})));
-    // The listen-back gate (transcribe, score against the text, regenerate from another seed
-    // while the word error rate is over the limit) belongs here, around `synthesize`, once
-    // f5-verify provides it; the score then travels back in `JobOutput`.
+    // With a transcriber the synthesizer listens to each chunk itself (the listen-back gate);
+    // the score travels back in `Audio::score`.
     match outcome {
         Ok(Ok(audio)) => Ok(audio),
         Ok(Err(f5_synth::SynthError::Options(m))) => Err(JobError::Rejected(m)),

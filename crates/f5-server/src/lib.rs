@@ -54,6 +54,11 @@ pub struct ServerConfig {
     pub max_upload_bytes: usize,
     /// Largest JSON request body, in bytes.
     pub max_json_bytes: usize,
+    /// A whisper.cpp-compatible transcriber (`host:port`) for the listen-back check; requests
+    /// may then ask for `retries`/`max_wer`, and every answer carries its score.
+    pub transcriber: Option<String>,
+    /// Language of the texts for the transcriber and the word comparison.
+    pub language: Option<String>,
 }
 
 impl ServerConfig {
@@ -74,6 +79,8 @@ impl ServerConfig {
             max_text_bytes: 5000,
             max_upload_bytes: 20 << 20,
             max_json_bytes: 256 << 10,
+            transcriber: None,
+            language: None,
         }
     }
 
@@ -135,6 +142,8 @@ impl Server {
             vocab: config.vocab.clone(),
             vocoder: config.vocoder.clone(),
             threads: config.threads,
+            transcriber: config.transcriber.clone(),
+            language: config.language.clone(),
         };
         let (engine, model_thread) =
             engine::Engine::start(loader, config.queue_capacity, config.unload_after).await.map_err(ServerError::Model)?;

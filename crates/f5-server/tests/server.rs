@@ -437,3 +437,24 @@ async fn hostile_requests_are_refused_and_write_nothing() {
     assert!(wav_samples(&r.bytes().await.unwrap()) > 0);
     s.shutdown().await;
 }
+
+/// With a transcriber configured, /tts accepts the listen-back knobs and reports the score. A
+/// transcriber that is down leaves synthesis working, the answer marked as not fully verified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_back_scores_travel_in_headers() {
+    // Port 1 on loopback: nothing listens, every request is refused at once.
+    let s = start_with(|c| c.transcriber = Some("127.0.0.1:1".into()), false).await;
+    let c = client();
+    let mut body = tts_body("Hello there.", 3);
+    body["retries"] = json!(1);
+    body["max_wer"] = json!(0.2);
+    let r = c.post(s.url("/tts")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-f5-verified"], "partly");
+    let score = r.headers()["x-f5-score"].to_str().unwrap().to_string();
+    assert!(score.contains("unchecked=1") && score.contains("attempts=1"), "{score}");
+    body["max_wer"] = json!(-1.0);
+    let r = c.post(s.url("/tts")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 400, "a negative max_wer is refused");
+    s.shutdown().await;
+}
