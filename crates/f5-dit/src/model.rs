@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use f5_gpukit::{Activation, AttentionSpec, Backend, Conv1dSpec, GemmSpec, MatLayout, RopeSpec, StridedRows};
+use f5_gpukit::{Activation, AttentionSpec, Backend, Conv1dSpec, GemmSpec, Linear, MatLayout, RopeSpec, StridedRows};
 use f5_torchpt::Checkpoint;
 
 use crate::config::{F5Config, Overrides};
@@ -19,21 +19,6 @@ const EPS: f32 = 1e-6;
 
 /// Receives named intermediate tensors of a forward (see [`F5Model::forward`]).
 pub type Trace<'a> = &'a mut dyn FnMut(&str, Vec<f32>);
-
-/// A `Linear` layer on the device: weight `[out, inp]` (PyTorch layout, used in place) and bias.
-pub(crate) struct Linear<B: Backend> {
-    pub w: B::Buf,
-    pub b: B::Buf,
-    pub out: usize,
-    pub inp: usize,
-}
-
-impl<B: Backend> Linear<B> {
-    fn apply(&self, kit: &B, x: &B::Buf, rows: usize, y: &mut B::Buf) -> Result<(), DitError> {
-        kit.gemm(&GemmSpec::linear(rows, self.inp, self.out), x, &self.w, Some(&self.b), y)?;
-        Ok(())
-    }
-}
 
 struct ConvNeXt<B: Backend> {
     dw_w: B::Buf,
@@ -94,7 +79,12 @@ impl<B: Backend> Loader<'_, B> {
     }
 
     fn linear(&self, name: &str, out: usize, inp: usize) -> Result<Linear<B>, DitError> {
-        Ok(Linear { w: self.tensor(&format!("{name}.weight"), &[out, inp])?, b: self.tensor(&format!("{name}.bias"), &[out])?, out, inp })
+        Ok(Linear {
+            weight: self.tensor(&format!("{name}.weight"), &[out, inp])?,
+            bias: self.tensor(&format!("{name}.bias"), &[out])?,
+            out,
+            inp,
+        })
     }
 }
 
@@ -139,7 +129,7 @@ impl<B: Backend> F5Model<B> {
                 }
                 Ok(Block {
                     ada: l.linear(&format!("{p}.attn_norm.linear"), 6 * d, d)?,
-                    qkv: Linear { w: kit.upload(&w)?, b: kit.upload(&b)?, out: 3 * d, inp: d },
+                    qkv: Linear { weight: kit.upload(&w)?, bias: kit.upload(&b)?, out: 3 * d, inp: d },
                     out: l.linear(&format!("{p}.attn.to_out.0"), d, d)?,
                     ff1: l.linear(&format!("{p}.ff.ff.0.0"), c.ff_inner, d)?,
                     ff2: l.linear(&format!("{p}.ff.ff.2"), d, c.ff_inner)?,
@@ -323,7 +313,7 @@ impl<B: Backend> F5Model<B> {
             c: MatLayout::row_major(d),
             beta: 0.0,
         };
-        kit.gemm(&w_ct, &ct, &self.input_proj.w, Some(&self.input_proj.b), &mut base)?;
+        kit.gemm(&w_ct, &ct, &self.input_proj.weight, Some(&self.input_proj.bias), &mut base)?;
 
         let half = c.dim_head / 2;
         let mut cos = Vec::with_capacity(n * half);
@@ -401,7 +391,7 @@ impl<B: Backend> F5Model<B> {
             c: MatLayout::row_major(d),
             beta: 0.0,
         };
-        kit.gemm(&w_x, x, &self.input_proj.w, None, &mut prep.xproj)?;
+        kit.gemm(&w_x, x, &self.input_proj.weight, None, &mut prep.xproj)?;
         kit.copy(&prep.base, 0, &mut prep.h, 0, bn * d)?;
         for r in 0..rows {
             kit.copy(&prep.xproj, 0, &mut prep.hn, r * n * d, n * d)?;

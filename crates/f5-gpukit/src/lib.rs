@@ -200,6 +200,22 @@ pub trait Backend: Send + Sync {
         -> Result<()>;
 }
 
+/// A PyTorch `nn.Linear` on a device: weight `[out, inp]` used in place (no transposed copy) and
+/// bias `[out]`. Both models are mostly these.
+pub struct Linear<B: Backend> {
+    pub weight: B::Buf,
+    pub bias: B::Buf,
+    pub out: usize,
+    pub inp: usize,
+}
+
+impl<B: Backend> Linear<B> {
+    /// `y[rows, out] = x[rows, inp] · Wᵀ + b`.
+    pub fn apply(&self, kit: &B, x: &B::Buf, rows: usize, y: &mut B::Buf) -> Result<()> {
+        kit.gemm(&GemmSpec::linear(rows, self.inp, self.out), x, &self.weight, Some(&self.bias), y)
+    }
+}
+
 /// The README's example, compiled and run as a doctest so it cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

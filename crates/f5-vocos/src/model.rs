@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use f5_gpukit::{Activation, Backend, Conv1dSpec, GemmSpec};
+use f5_gpukit::{Activation, Backend, Conv1dSpec, Linear};
 use f5_torchpt::Checkpoint;
 
 use crate::config::VocosConfig;
@@ -18,21 +18,6 @@ const EPS: f32 = 1e-6;
 
 /// The head clips magnitudes after `exp`, so an overflowing log-magnitude gives this, not inf.
 const MAG_MAX: f32 = 100.0;
-
-/// A `Linear` layer on the device: weight `[out, inp]` in PyTorch layout, used in place.
-struct Linear<B: Backend> {
-    w: B::Buf,
-    b: B::Buf,
-    out: usize,
-    inp: usize,
-}
-
-impl<B: Backend> Linear<B> {
-    fn apply(&self, kit: &B, x: &B::Buf, rows: usize, y: &mut B::Buf) -> Result<(), VocosError> {
-        kit.gemm(&GemmSpec::linear(rows, self.inp, self.out), x, &self.w, Some(&self.b), y)?;
-        Ok(())
-    }
-}
 
 struct Block<B: Backend> {
     dw_w: B::Buf,
@@ -89,7 +74,12 @@ impl<B: Backend> Loader<'_, B> {
     }
 
     fn linear(&self, name: &str, out: usize, inp: usize) -> Result<Linear<B>, VocosError> {
-        Ok(Linear { w: self.tensor(&format!("{name}.weight"), &[out, inp])?, b: self.tensor(&format!("{name}.bias"), &[out])?, out, inp })
+        Ok(Linear {
+            weight: self.tensor(&format!("{name}.weight"), &[out, inp])?,
+            bias: self.tensor(&format!("{name}.bias"), &[out])?,
+            out,
+            inp,
+        })
     }
 }
 
