@@ -35,7 +35,8 @@ pub struct SynthArgs {
     /// Exactly what is said in the reference recording.
     #[arg(long = "ref-text")]
     pub reference_text: Option<String>,
-    /// The text to speak.
+    /// The text to speak. `[name]` tags switch voices mid-text (store ids; `[main]` is the voice
+    /// given here), as the official CLI's multi-voice mode does.
     #[arg(long, short = 't', conflicts_with = "file")]
     pub text: Option<String>,
     /// A UTF-8 file with the text to speak ("-" for standard input).
@@ -112,6 +113,39 @@ fn load_voice(args: &SynthArgs) -> Result<Voice> {
         bail!("--target-rms must be in (0, 1], got {}", args.target_rms);
     }
     Ok(Voice::load(&audio, &transcript, args.target_rms)?)
+}
+
+/// The official CLI's multi-voice text: `[name]` starts a piece spoken by voice `name` (a store
+/// id; `main`, or an unknown name, is the voice given on the command line). Pieces are split
+/// before every `[word]` tag, the tag removed, and the text trimmed; empty pieces are skipped.
+pub fn voice_pieces(text: &str) -> Vec<(Option<String>, String)> {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let tag_at = |rest: &str| -> Option<usize> {
+        let inner = rest.strip_prefix('[')?;
+        let end = inner.find(']')?;
+        let name = &inner[..end];
+        (!name.is_empty() && name.chars().all(is_word)).then_some(end + 2)
+    };
+    let mut starts = vec![0];
+    for (i, _) in text.char_indices() {
+        if i > 0 && tag_at(&text[i..]).is_some() {
+            starts.push(i);
+        }
+    }
+    starts.push(text.len());
+    let mut out = Vec::new();
+    for w in starts.windows(2) {
+        let piece = &text[w[0]..w[1]];
+        let (name, body) = match tag_at(piece) {
+            Some(len) => (Some(piece[1..len - 1].to_string()), &piece[len..]),
+            None => (None, piece),
+        };
+        let body = body.trim();
+        if !body.is_empty() {
+            out.push((name, body.to_string()));
+        }
+    }
+    out
 }
 
 pub fn run(args: SynthArgs) -> Result<()> {
@@ -191,7 +225,9 @@ pub fn run(args: SynthArgs) -> Result<()> {
     };
     // A wav without a mel to save or silences to remove is written as the chunks come out, so a
     // text of any length needs memory for one chunk only.
-    let streaming = ext.as_deref() == Some("wav") && args.save_mel.is_none() && !args.remove_silence;
+    let pieces = voice_pieces(&text);
+    let multi_voice = pieces.iter().any(|(name, _)| name.is_some());
+    let streaming = ext.as_deref() == Some("wav") && args.save_mel.is_none() && !args.remove_silence && !multi_voice;
     let tmp = args.output.with_extension(format!("{}.partial", ext.as_deref().unwrap_or("out")));
     let (samples_written, seed, chunks, note) = if streaming {
         let spec = hound::WavSpec {
@@ -237,7 +273,39 @@ pub fn run(args: SynthArgs) -> Result<()> {
         let note = if clipped > 0 { format!(", {clipped} samples beyond full scale clipped") } else { String::new() };
         (written, seed, chunks, note)
     } else {
-        let audio = synth.synthesize(&voice, &text, &opts, &mut progress)?;
+        let audio = if multi_voice {
+            // Each piece in its own voice, plainly concatenated, as the official CLI does.
+            let mut voices: std::collections::HashMap<String, Voice> = std::collections::HashMap::new();
+            let mut whole =
+                f5_synth::Audio { samples: Vec::new(), mel: Vec::new(), seed: 0, chunks: Vec::new(), score: Default::default() };
+            for (name, piece) in &pieces {
+                let v = match name.as_deref() {
+                    Some(n) if n != "main" && f5_synth::valid_id(n) => {
+                        if !voices.contains_key(n) {
+                            match resolve::voice(n) {
+                                Ok((wav, transcript)) => {
+                                    voices.insert(n.to_string(), Voice::load(&wav, &transcript, args.target_rms)?);
+                                }
+                                Err(_) => {
+                                    eprintln!("voice [{n}] is not in the store: using the main voice for it");
+                                }
+                            }
+                        }
+                        voices.get(n).unwrap_or(&voice)
+                    }
+                    _ => &voice,
+                };
+                let part = synth.synthesize(v, piece, &opts, &mut progress)?;
+                whole.seed = part.seed;
+                whole.samples.extend_from_slice(&part.samples);
+                whole.mel.extend_from_slice(&part.mel);
+                whole.chunks.extend(part.chunks);
+            }
+            whole.score = whole.chunks.iter().map(|c| &c.score).collect();
+            whole
+        } else {
+            synth.synthesize(&voice, &text, &opts, &mut progress)?
+        };
         let mut samples = if args.remove_silence { f5_synth::remove_long_silences(&audio.samples)? } else { audio.samples.clone() };
         let peak = f5_audio::level::peak(&samples);
         let limited = ext.as_deref() == Some("wav") && !args.float && peak > 1.0;
@@ -328,4 +396,19 @@ fn write_report(
         "score": {"words": total.words, "errors": total.errors, "attempts": total.attempts, "unchecked": total.unchecked, "regenerated": total.regenerated, "wer": total.wer()},
     });
     std::fs::write(path, serde_json::to_string_pretty(&report)?).with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::voice_pieces;
+
+    #[test]
+    fn voice_tags_split_like_the_official_cli() {
+        let p = voice_pieces("Hello there. [bob] Hi! [main]Back to me. [x-y] not a tag [c_2] end");
+        let names: Vec<Option<&str>> = p.iter().map(|(n, _)| n.as_deref()).collect();
+        assert_eq!(names, [None, Some("bob"), Some("main"), Some("c_2")]);
+        assert_eq!(p[2].1, "Back to me. [x-y] not a tag");
+        assert_eq!(voice_pieces("no tags at all"), vec![(None, "no tags at all".to_string())]);
+        assert!(voice_pieces("[a]   [b]").is_empty());
+    }
 }

@@ -293,3 +293,50 @@ fn streamed_wav_equals_the_whole_synthesis_and_remove_silence_keeps_speech_witho
     let n = hound::WavReader::open(&trimmed).unwrap().len() as usize;
     assert!(n >= streamed.len() && n <= streamed.len() + 48, "{n} vs {}", streamed.len());
 }
+
+#[test]
+fn multi_voice_tags_use_store_voices() {
+    let home = tmp("multi-home");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_f5")).args(args).current_dir(fixtures()).env("F5_HOME", &home).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = run(&[
+        "voices",
+        "add",
+        "quiet",
+        "audio/silence_test.wav",
+        "--transcript",
+        "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background.",
+    ]);
+    assert!(ok, "{err}");
+    let report = tmp("multi.json");
+    let (ok, err) = run(&[
+        "synth",
+        "-q",
+        "-m",
+        "models/f5-tiny-v1",
+        "--vocab",
+        "vocab.txt",
+        "--vocoder",
+        "models/vocos-tiny",
+        "--ref",
+        "audio/ref_22050.wav",
+        "--ref-text",
+        "The birch canoe slid on the smooth planks.",
+        "-t",
+        "Hello there. [quiet] Hi from the other voice. [main] And back.",
+        "--nfe",
+        "2",
+        "--seed",
+        "4",
+        "-o",
+        tmp("multi.wav").to_str().unwrap(),
+        "--report-json",
+        report.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let texts: Vec<&str> = r["chunks"].as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["Hello there.", "Hi from the other voice.", "And back."]);
+}
