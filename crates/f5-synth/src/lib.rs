@@ -9,7 +9,9 @@ mod voice;
 
 pub use f5_verify::{ChunkScore, GateStatus, TotalScore};
 pub use store::{valid_id, VoiceEntry, VoiceStore};
-pub use synth::{remove_long_silences, Audio, ChunkReport, CrossFader, ListenBack, Progress, SynthOptions, Synthesizer, SAMPLE_RATE};
+pub use synth::{
+    remove_long_silences, trailing_pause_ms, Audio, ChunkReport, CrossFader, ListenBack, Progress, SynthOptions, Synthesizer, SAMPLE_RATE,
+};
 pub use voice::{fix_transcript, Voice, VoiceCache, MIN_REFERENCE_SECONDS};
 
 /// Everything that can go wrong in a synthesis; each message says what to change.

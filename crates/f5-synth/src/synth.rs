@@ -364,6 +364,54 @@ fn random_seed() -> u64 {
     (x ^ (x >> 31)) >> 1
 }
 
+/// Silence after a dialogue line, by how the line ends: a full stop or a question asks for a
+/// breath, a comma or a dash for a short one, an ellipsis for a long one.
+pub fn trailing_pause_ms(line: &str) -> u32 {
+    let t = line.trim_end_matches(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '”' | '’' | ')' | '」' | '』'));
+    if t.ends_with("...") || t.ends_with('…') {
+        return 700;
+    }
+    match t.chars().last() {
+        Some('.' | '!' | '?' | '。' | '！' | '？') => 450,
+        Some(';' | ':' | '；' | '：') => 350,
+        Some(',' | '，' | '、' | '-' | '–' | '—') => 250,
+        _ => 200,
+    }
+}
+
+impl<B: Backend> Synthesizer<B> {
+    /// A dialogue: each line in its own voice, in order, followed by the pause its final
+    /// punctuation asks for ([`trailing_pause_ms`]; none after the last line). Lines are separate
+    /// syntheses: the seed, when given, is offset by the line's index so lines differ.
+    pub fn dialogue(
+        &self,
+        lines: &[(&Voice, &str)],
+        opts: &SynthOptions,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<Audio, SynthError> {
+        if lines.is_empty() {
+            return Err(SynthError::Options("the dialogue has no lines".into()));
+        }
+        let mut out = Audio { samples: Vec::new(), mel: Vec::new(), seed: 0, chunks: Vec::new(), score: TotalScore::default() };
+        for (i, (voice, text)) in lines.iter().enumerate() {
+            let line_opts = SynthOptions { seed: opts.seed.map(|s| s.wrapping_add(i as u64)), ..opts.clone() };
+            let part = self.synthesize(voice, text, &line_opts, progress)?;
+            if i == 0 {
+                out.seed = part.seed;
+            }
+            out.samples.extend_from_slice(&part.samples);
+            if i + 1 < lines.len() {
+                let pause = trailing_pause_ms(text) as usize * SAMPLE_RATE as usize / 1000;
+                out.samples.extend(std::iter::repeat_n(0.0, pause));
+            }
+            out.mel.extend_from_slice(&part.mel);
+            out.chunks.extend(part.chunks);
+        }
+        out.score = out.chunks.iter().map(|c| &c.score).collect();
+        Ok(out)
+    }
+}
+
 /// The reference's `remove_silence_for_generated_wav`: the 16-bit wave split at pauses of a second
 /// or more below −50 dBFS, keeping 500 ms around each piece, and the pieces joined.
 pub fn remove_long_silences(samples: &[f32]) -> Result<Vec<f32>, SynthError> {

@@ -170,3 +170,26 @@ fn multi_chunk_matches_infer_process_run_in_order() {
     eprintln!("multi-chunk ({} chunks): wave rel-L2 {e:.2e}", want_chunks.len());
     assert!(e <= 1e-3, "wave rel-L2 {e:e}");
 }
+
+#[test]
+fn a_dialogue_is_its_lines_in_order_with_punctuation_pauses() {
+    let synth = synthesizer();
+    let a = Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    let b = Voice::load(&fixtures().join("audio/ref_44100.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    let opts = SynthOptions { nfe: 2, seed: Some(11), ..SynthOptions::default() };
+    let lines: [(&Voice, &str); 3] = [(&a, "Hello, who is there?"), (&b, "Just me, waiting"), (&a, "Come in.")];
+    let d = synth.dialogue(&lines, &opts, &mut |_| {}).unwrap();
+    let mut want = Vec::new();
+    for (i, (v, t)) in lines.iter().enumerate() {
+        let part = synth.synthesize(v, t, &SynthOptions { seed: Some(11 + i as u64), ..opts.clone() }, &mut |_| {}).unwrap();
+        want.extend(part.samples);
+        if i < 2 {
+            want.extend(std::iter::repeat_n(0.0f32, f5_synth::trailing_pause_ms(t) as usize * 24));
+        }
+    }
+    assert_eq!(f5_synth::trailing_pause_ms("Hello, who is there?"), 450);
+    assert_eq!(f5_synth::trailing_pause_ms("Just me, waiting"), 200);
+    assert!(d.samples == want, "lines, pauses and seeds in order");
+    assert_eq!(d.chunks.len(), 3);
+    assert!(synth.dialogue(&[], &opts, &mut |_| {}).is_err());
+}
