@@ -82,6 +82,22 @@ fn bad_inputs_are_clear_errors() {
     assert!(!audio.samples.is_empty());
     let err = Voice::load(&fixtures().join("audio/ref_22050.wav"), "", 0.1).unwrap_err().to_string();
     assert!(err.contains("transcript"), "{err}");
+    // A transcript in another script than the text: still a synthesis (the model reads both).
+    let zh = Voice::load(&fixtures().join("audio/ref_22050.wav"), "白桦木独木舟在光滑的木板上滑行。", 0.1).unwrap();
+    assert_eq!(zh.model_text, "白桦木独木舟在光滑的木板上滑行。", "a CJK full stop gets no extra space");
+    assert!(!synth.synthesize(&zh, "Hello there, friend.", &opts, &mut |_| {}).unwrap().samples.is_empty());
+    // A silent recording and one with a fraction of a second of sound are refused by name.
+    let dir = std::env::temp_dir().join(format!("f5-synth-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let silent = dir.join("silent.wav");
+    f5_audio::output::write_wav_pcm16(&silent, &vec![0.0; 72_000], 24_000).unwrap();
+    let err = Voice::load(&silent, "Nothing.", 0.1).unwrap_err().to_string();
+    assert!(err.contains("silent"), "{err}");
+    let blip = dir.join("blip.wav");
+    let tone: Vec<f64> = (0..24_000).map(|i| if i < 4_800 { 0.3 * (i as f64 * 0.05).sin() } else { 0.0 }).collect();
+    f5_audio::output::write_wav_pcm16(&blip, &tone, 24_000).unwrap();
+    let err = Voice::load(&blip, "Hi.", 0.1).unwrap_err().to_string();
+    assert!(err.contains("at least"), "{err}");
 }
 
 /// A transcriber that answers from a script, in call order.
