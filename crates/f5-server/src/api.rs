@@ -341,7 +341,7 @@ struct DialogueLine {
 #[derive(Deserialize)]
 struct DialogueRequest {
     lines: Vec<DialogueLine>,
-    /// Silence between lines, seconds (default 0.25).
+    /// Silence between lines, seconds (default: by each line's final punctuation).
     pause: Option<f64>,
     #[serde(flatten)]
     knobs: Knobs,
@@ -554,9 +554,12 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
     for line in &req.lines {
         check_text(&state, &line.text)?;
     }
-    let pause = req.pause.unwrap_or(0.25);
-    if !(pause.is_finite() && (0.0..=MAX_PAUSE_SECONDS).contains(&pause)) {
-        return Err(ApiError::bad(format!("pause must be between 0 and {MAX_PAUSE_SECONDS} s, got {pause}")));
+    // Without an explicit pause, each line is followed by the pause its final punctuation asks
+    // for (f5_synth::trailing_pause_ms), as Synthesizer::dialogue does.
+    if let Some(pause) = req.pause {
+        if !(pause.is_finite() && (0.0..=MAX_PAUSE_SECONDS).contains(&pause)) {
+            return Err(ApiError::bad(format!("pause must be between 0 and {MAX_PAUSE_SECONDS} s, got {pause}")));
+        }
     }
     let options = req.knobs.options(&state)?;
     // Every voice is checked before the first line is queued, so a typo in line 7 does not
@@ -565,18 +568,21 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
     for line in &req.lines {
         voices.push(load_voice(&state, &line.voice).await?);
     }
-    let gap = vec![0.0f64; (pause * SAMPLE_RATE as f64).round() as usize];
+    let fixed_gap = req.pause.map(|p| (p * SAMPLE_RATE as f64).round() as usize);
     let mut wave = Vec::new();
+    let mut previous_gap = 0usize;
     let mut outputs = Vec::with_capacity(req.lines.len());
     for (i, (line, voice)) in req.lines.into_iter().zip(voices).enumerate() {
         // A request seed gives each line its own reproducible seed.
         let seed = line.seed.or(options.seed.map(|s| s.wrapping_add(i as u64)));
         let spec = JobSpec { voice, text: line.text, options: SynthOptions { seed, ..options.clone() } };
         let admission = if i == 0 { Admission::New } else { Admission::Continuation };
+        let gap_after = fixed_gap.unwrap_or_else(|| f5_synth::trailing_pause_ms(&spec.text) as usize * SAMPLE_RATE as usize / 1000);
         let out = speak(&state, spec, admission).await?;
         if i > 0 {
-            wave.extend_from_slice(&gap);
+            wave.extend(std::iter::repeat_n(0.0f64, previous_gap));
         }
+        previous_gap = gap_after;
         wave.extend(out.audio.samples.iter().map(|&x| x as f64));
         outputs.push(out);
     }

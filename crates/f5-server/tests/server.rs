@@ -458,3 +458,22 @@ async fn listen_back_scores_travel_in_headers() {
     assert_eq!(r.status(), 400, "a negative max_wer is refused");
     s.shutdown().await;
 }
+
+/// Without a `pause`, a dialogue line is followed by the pause its final punctuation asks for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dialogue_pauses_follow_punctuation_by_default() {
+    let s = start().await;
+    let c = client();
+    let body =
+        json!({ "lines": [{ "voice": VOICE, "text": "Hello there." }, { "voice": VOICE, "text": "Fine, thanks" }], "nfe": 4, "seed": 5 });
+    let r = c.post(s.url("/dialogue")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let both = wav_samples(&r.bytes().await.unwrap());
+    let mut alone = 0;
+    for (i, text) in ["Hello there.", "Fine, thanks"].iter().enumerate() {
+        let r = c.post(s.url("/tts")).json(&tts_body(text, 5 + i as u64)).send().await.unwrap();
+        alone += wav_samples(&r.bytes().await.unwrap());
+    }
+    assert_eq!(both, alone + f5_synth::trailing_pause_ms("Hello there.") as usize * 24);
+    s.shutdown().await;
+}
