@@ -12,6 +12,11 @@ fn f5(args: &[&str]) -> (bool, String, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// The tiny random-weight model, its vocabulary and vocoder, as every synthesis here names them.
+const TINY: [&str; 6] = ["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tiny"];
+/// The fixture recording and its transcript.
+const REF: [&str; 4] = ["--ref", "audio/ref_22050.wav", "--ref-text", "The birch canoe slid on the smooth planks."];
+
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("f5-cli-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -23,29 +28,24 @@ fn synth_writes_a_wav_matching_the_reference_length() {
     let out = tmp("out.wav");
     let report = tmp("report.json");
     let (ok, _, err) = f5(&[
-        "synth",
-        "-m",
-        "models/f5-tiny-v1",
-        "--vocab",
-        "vocab.txt",
-        "--vocoder",
-        "models/vocos-tiny",
-        "--ref",
-        "audio/ref_22050.wav",
-        "--ref-text",
-        "The birch canoe slid on the smooth planks.",
-        "-t",
-        "Hello world, this is a tiny test.",
-        "--nfe",
-        "8",
-        "--seed",
-        "42",
-        "-q",
-        "-o",
-        out.to_str().unwrap(),
-        "--report-json",
-        report.to_str().unwrap(),
-    ]);
+        &["synth"][..],
+        &TINY[..],
+        &REF[..],
+        &[
+            "-t",
+            "Hello world, this is a tiny test.",
+            "--nfe",
+            "8",
+            "--seed",
+            "42",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+            "--report-json",
+            report.to_str().unwrap(),
+        ][..],
+    ]
+    .concat());
     assert!(ok, "{err}");
     assert!(err.contains("seed 42") && err.contains("RTF"), "summary line: {err}");
     let wav = hound::WavReader::open(&out).unwrap();
@@ -83,23 +83,7 @@ fn failures_are_one_line_and_non_zero() {
         vec!["models", "inspect", "malicious/evil_reduce.pt"],
         vec!["models", "inspect", "does-not-exist.safetensors"],
         vec!["mel", "vocab.txt", "-o", "/dev/null"],
-        vec![
-            "synth",
-            "-m",
-            "models/f5-tiny-v1",
-            "--vocab",
-            "vocab.txt",
-            "--vocoder",
-            "models/vocos-tiny",
-            "--ref",
-            "audio/ref_22050.wav",
-            "--ref-text",
-            "x",
-            "-t",
-            " ",
-            "-o",
-            "/tmp/never.wav",
-        ],
+        [&["synth"][..], &TINY[..], &["--ref", "audio/ref_22050.wav", "--ref-text", "x", "-t", " ", "-o", "/tmp/never.wav"][..]].concat(),
     ] {
         let (ok, _, err) = f5(&args);
         assert!(!ok, "{args:?} succeeded");
@@ -146,23 +130,11 @@ fn voices_add_use_remove_in_a_private_store() {
     assert!(ok && out.starts_with("alice"), "{out}");
     let wav = tmp("voice.wav");
     let (ok, _, err) = run(&[
-        "synth",
-        "-q",
-        "-m",
-        "models/f5-tiny-v1",
-        "--vocoder",
-        "models/vocos-tiny",
-        "--vocab",
-        "vocab.txt",
-        "--voice",
-        "alice",
-        "-t",
-        "Hi there, friend.",
-        "--nfe",
-        "2",
-        "-o",
-        wav.to_str().unwrap(),
-    ]);
+        &["synth", "-q"][..],
+        &TINY[..],
+        &["--voice", "alice", "-t", "Hi there, friend.", "--nfe", "2", "-o", wav.to_str().unwrap()][..],
+    ]
+    .concat());
     assert!(ok, "{err}");
     for bad in ["../x", "a/b", "", "x.y"] {
         let (ok, _, err) = run(&["voices", "add", bad, "audio/ref_22050.wav", "--transcript", "x"]);
@@ -184,31 +156,25 @@ fn a_transcriber_that_is_down_leaves_synthesis_working_and_unchecked() {
     let report = tmp("down.json");
     // Port 1 on loopback: nothing listens there, so every request is refused at once.
     let (ok, _, err) = f5(&[
-        "synth",
-        "-q",
-        "-m",
-        "models/f5-tiny-v1",
-        "--vocab",
-        "vocab.txt",
-        "--vocoder",
-        "models/vocos-tiny",
-        "--ref",
-        "audio/ref_22050.wav",
-        "--ref-text",
-        "The birch canoe slid on the smooth planks.",
-        "-t",
-        "Hello world.",
-        "--nfe",
-        "2",
-        "--seed",
-        "1",
-        "--transcriber",
-        "127.0.0.1:1",
-        "-o",
-        out.to_str().unwrap(),
-        "--report-json",
-        report.to_str().unwrap(),
-    ]);
+        &["synth", "-q"][..],
+        &TINY[..],
+        &REF[..],
+        &[
+            "-t",
+            "Hello world.",
+            "--nfe",
+            "2",
+            "--seed",
+            "1",
+            "--transcriber",
+            "127.0.0.1:1",
+            "-o",
+            out.to_str().unwrap(),
+            "--report-json",
+            report.to_str().unwrap(),
+        ][..],
+    ]
+    .concat());
     assert!(ok, "{err}");
     assert!(err.contains("unchecked"), "{err}");
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
@@ -222,7 +188,7 @@ fn serve_starts_and_answers_health() {
     use std::io::{BufRead, Read, Write};
     let home = tmp("serve-home");
     let mut child = Command::new(env!("CARGO_BIN_EXE_f5"))
-        .args(["serve", "-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tiny", "--addr", "127.0.0.1:0"])
+        .args([&["serve"][..], &TINY[..], &["--addr", "127.0.0.1:0"][..]].concat())
         .current_dir(fixtures())
         .env("F5_HOME", &home)
         .stderr(std::process::Stdio::piped())
@@ -249,26 +215,7 @@ fn serve_starts_and_answers_health() {
 #[test]
 fn streamed_wav_equals_the_whole_synthesis_and_remove_silence_keeps_speech_without_pauses() {
     let text = "Hello world, this is a tiny test. And here is a second sentence to speak.";
-    let base = [
-        "synth",
-        "-q",
-        "-m",
-        "models/f5-tiny-v1",
-        "--vocab",
-        "vocab.txt",
-        "--vocoder",
-        "models/vocos-tiny",
-        "--ref",
-        "audio/ref_22050.wav",
-        "--ref-text",
-        "The birch canoe slid on the smooth planks.",
-        "-t",
-        text,
-        "--nfe",
-        "2",
-        "--seed",
-        "9",
-    ];
+    let base = [&["synth", "-q"][..], &TINY[..], &REF[..], &["-t", text, "--nfe", "2", "--seed", "9"][..]].concat();
     let wav = tmp("stream.wav");
     let npy = tmp("whole.npy");
     let (ok, _, err) = f5(&[&base[..], &["-o", wav.to_str().unwrap()]].concat());
@@ -311,19 +258,8 @@ fn multi_voice_tags_use_store_voices() {
     ]);
     assert!(ok, "{err}");
     let report = tmp("multi.json");
-    let (ok, err) = run(&[
-        "synth",
-        "-q",
-        "-m",
-        "models/f5-tiny-v1",
-        "--vocab",
-        "vocab.txt",
-        "--vocoder",
-        "models/vocos-tiny",
-        "--ref",
-        "audio/ref_22050.wav",
-        "--ref-text",
-        "The birch canoe slid on the smooth planks.",
+    let out = tmp("multi.wav");
+    let rest = [
         "-t",
         "Hello there. [quiet] Hi from the other voice. [main] And back.",
         "--nfe",
@@ -331,10 +267,11 @@ fn multi_voice_tags_use_store_voices() {
         "--seed",
         "4",
         "-o",
-        tmp("multi.wav").to_str().unwrap(),
+        out.to_str().unwrap(),
         "--report-json",
         report.to_str().unwrap(),
-    ]);
+    ];
+    let (ok, err) = run(&[&["synth", "-q"][..], &TINY[..], &REF[..], &rest[..]].concat());
     assert!(ok, "{err}");
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let texts: Vec<&str> = r["chunks"].as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap()).collect();
