@@ -3,7 +3,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -52,7 +51,7 @@ type Shared = Arc<AppState>;
 pub(crate) fn router(state: Shared) -> Router {
     // Uploads get their own (larger) body limit; the route-level layer is closer to the
     // handler than the router-wide one, so it is the one that applies.
-    let upload_limit = state.config.max_upload_bytes.saturating_add(64 << 10);
+    let upload_limit = upload_form_limit(&state.config);
     Router::new()
         .route("/", get(page))
         .route("/health", get(health))
@@ -67,6 +66,12 @@ pub(crate) fn router(state: Shared) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .layer(DefaultBodyLimit::max(state.config.max_json_bytes))
         .with_state(state)
+}
+
+/// A voice upload's form: the recording plus room for the id, the transcript and the form's
+/// own framing.
+fn upload_form_limit(config: &ServerConfig) -> usize {
+    config.max_upload_bytes.saturating_add(64 << 10)
 }
 
 // ── errors ──────────────────────────────────────────────────────────────────────────────
@@ -122,13 +127,44 @@ async fn method_not_allowed() -> ApiError {
 /// A JSON body whose every failure (too large, not JSON, wrong fields) is answered as JSON.
 struct JsonBody<T>(T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+/// How far past the JSON limit the server keeps reading (and dropping) an oversized body so
+/// that the client, still sending, gets to read the 413 rather than a reset connection. Bodies
+/// larger than this are cut off: the server will not read without bound.
+const DRAIN_FACTOR: usize = 16;
+
+impl<T: DeserializeOwned> FromRequest<Shared> for JsonBody<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    async fn from_request(req: Request, state: &Shared) -> Result<Self, ApiError> {
+        let limit = state.config.max_json_bytes;
+        let bytes = read_body_capped(req.into_body(), limit, limit.saturating_mul(DRAIN_FACTOR), "send less text per request").await?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}")))
     }
+}
+
+/// Reads a body of at most `limit` bytes. A larger one is refused with 413, but only after
+/// reading on to its end (or to `drain_limit`), because answering while the client is still
+/// writing makes most HTTP clients report a broken pipe instead of the answer.
+async fn read_body_capped(mut body: axum::body::Body, limit: usize, drain_limit: usize, advice: &str) -> Result<Vec<u8>, ApiError> {
+    use axum::body::HttpBody;
+    let mut kept = Vec::new();
+    let mut seen = 0usize;
+    loop {
+        let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await;
+        let Some(frame) = frame else { break };
+        let frame = frame.map_err(|e| ApiError::bad(format!("could not read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        seen = seen.saturating_add(data.len());
+        if seen <= limit {
+            kept.extend_from_slice(&data);
+        } else if seen > drain_limit {
+            break;
+        }
+    }
+    if seen > limit {
+        return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over the limit of {limit} bytes; {advice}")));
+    }
+    Ok(kept)
 }
 
 // ── the token ───────────────────────────────────────────────────────────────────────────
@@ -219,11 +255,14 @@ fn check_voice_id(id: &str) -> Result<(), ApiError> {
 /// `POST /voices`: multipart fields `id`, `transcript`, `audio` (a file), optional `replace`.
 /// Everything is checked — the id, the transcript, that the audio decodes and holds enough
 /// voice to clone — before the store writes anything.
-async fn add_voice(
-    State(state): State<Shared>,
-    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let mut multipart = multipart.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+async fn add_voice(State(state): State<Shared>, req: Request) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    // The whole form is read first, so an oversized one is answered with 413 after the client
+    // has finished sending (see `read_body_capped`).
+    let form_limit = upload_form_limit(&state.config);
+    let (parts, body) = req.into_parts();
+    let form = read_body_capped(body, form_limit, form_limit.saturating_mul(4), "use a shorter recording (10 s is plenty)").await?;
+    let req = Request::from_parts(parts, axum::body::Body::from(form));
+    let mut multipart = Multipart::from_request(req, &state).await.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
     let (mut id, mut transcript, mut audio, mut replace) = (None, None, None, false);
     let mut extension = None;
     while let Some(field) = multipart.next_field().await.map_err(|e| ApiError::new(e.status(), e.body_text()))? {
