@@ -163,3 +163,24 @@ fn clip_reference_reproduces_preprocessed_wav_exactly() {
     // Integer samples straight from pydub's export: must be identical.
     assert!(ours.samples() == golden.samples(), "preprocessed samples differ");
 }
+
+/// The same stereo recording as FLAC, Ogg Vorbis and MP3 (ffmpeg's encoders), decoded here and
+/// by the reference (`torchaudio.load`, which decodes with ffmpeg). `tol` is the rel-L2 allowed
+/// over all samples of both channels: FLAC is lossless, so both sides read the same 16-bit
+/// integers and must agree exactly; a lossy decoder's output is fixed by its standard only up to
+/// the float precision of its synthesis filterbank, so two conforming decoders (symphonia here,
+/// ffmpeg's there) differ by rounding (measured: Vorbis 1.3e-7, MP3 6.3e-7), and 1e-4 still fails on a lost or
+/// extra frame, a shifted start, or swapped channels (all of which give rel-L2 near 1).
+#[test]
+fn compressed_formats_decode_like_the_reference() {
+    for (ext, tol) in [("flac", 0.0), ("ogg", 1e-4), ("mp3", 1e-4)] {
+        let audio = decode_file(&fixture(&format!("audio/ref_44100_stereo.{ext}"))).unwrap();
+        let (shape, golden) = read_npy(&format!("goldens/decoded_44100_stereo_{ext}.npy"));
+        assert_eq!(audio.sample_rate, 44100, "{ext}");
+        assert_eq!(shape, vec![audio.channel_count() as u64, audio.len() as u64], "{ext}: channels × samples");
+        let ours: Vec<f32> = audio.channels.concat();
+        let err = rel_l2(&ours, &golden);
+        println!("{ext}: rel-L2 {err:.3e}");
+        assert!(err <= tol, "{ext}: rel-L2 {err:e} over {tol:e}");
+    }
+}
