@@ -277,3 +277,132 @@ fn multi_voice_tags_use_store_voices() {
     let texts: Vec<&str> = r["chunks"].as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap()).collect();
     assert_eq!(texts, ["Hello there.", "Hi from the other voice.", "And back."]);
 }
+
+/// The PNG at `path`: (width, height, RGB bytes).
+fn read_png(path: &std::path::Path) -> (u32, u32, Vec<u8>) {
+    let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+    let mut reader = png::Decoder::new(file).read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.color_type, info.bit_depth), (png::ColorType::Rgb, png::BitDepth::Eight));
+    buf.truncate(info.buffer_size());
+    (info.width, info.height, buf)
+}
+
+#[test]
+fn spectrogram_draws_the_generated_mel() {
+    let png_path = tmp("spec.png");
+    let mel_path = tmp("spec-mel.npy");
+    let out = tmp("spec.wav");
+    let report = tmp("spec.json");
+    let (ok, _, err) = f5(&[
+        &["synth", "-q"][..],
+        &TINY[..],
+        &REF[..],
+        &["-t", "Hello world, this is a tiny test.", "--nfe", "2", "--seed", "5", "-o", out.to_str().unwrap()][..],
+        &["--save-mel", mel_path.to_str().unwrap(), "--spectrogram", png_path.to_str().unwrap(), "--report-json", report.to_str().unwrap()]
+            [..],
+    ]
+    .concat());
+    assert!(ok, "{err}");
+    let bytes = std::fs::read(&mel_path).unwrap();
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    let shape = npy.shape().to_vec();
+    let mel: Vec<f32> = npy.into_vec().unwrap();
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let frames = r["chunks"][0]["generated_frames"].as_u64().unwrap() as usize;
+    assert_eq!(shape, [frames as u64, 100]);
+    let (width, height, rgb) = read_png(&png_path);
+    assert_eq!((width as usize, height), (frames, 300), "one pixel per frame, three per mel bin");
+    let row = |y: usize| &rgb[y * frames * 3..(y + 1) * frames * 3];
+    // Each bin is three identical rows; neighbouring bins differ somewhere: not a flat image.
+    for bin in 0..100 {
+        assert!(row(bin * 3) == row(bin * 3 + 1) && row(bin * 3) == row(bin * 3 + 2), "bin rows {bin}");
+    }
+    let distinct: std::collections::HashSet<&[u8]> = (0..300).step_by(3).map(row).collect();
+    assert!(distinct.len() > 50, "only {} distinct rows", distinct.len());
+    // Low frequencies at the bottom, and a brighter colour for a larger value: in every column,
+    // of two bins whose values differ by more than 0.25 (both above the floor, 8 below the
+    // loudest), the larger has the brighter pixel at row (99 − bin)·3. The margin: rounding each
+    // channel to 8 bits moves the luma below by at most 1000, while 0.25 of the 8-wide range
+    // moves viridis's by more than 5000.
+    let luma = |p: &[u8]| 299 * p[0] as i64 + 587 * p[1] as i64 + 114 * p[2] as i64;
+    let loud = mel.iter().copied().fold(f32::MIN, f32::max);
+    let floor = mel.iter().copied().fold(f32::MAX, f32::min).max(loud - 8.0);
+    let mut compared = 0;
+    for frame in 0..frames {
+        let column = &mel[frame * 100..(frame + 1) * 100];
+        let pixel = |bin: usize| luma(&row((99 - bin) * 3)[frame * 3..frame * 3 + 3]);
+        for a in 0..100 {
+            for b in 0..100 {
+                if column[a] > column[b].max(floor) + 0.25 {
+                    assert!(pixel(a) > pixel(b), "frame {frame}: bin {a} ({}) vs bin {b} ({})", column[a], column[b]);
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(compared > 20_000, "only {compared} pairs compared: a nearly flat mel proves little");
+    // The loudest value of all is the top of the colour map.
+    let top = (0..mel.len()).max_by(|&a, &b| mel[a].total_cmp(&mel[b])).unwrap();
+    let (frame, bin) = (top / 100, top % 100);
+    assert_eq!(&row((99 - bin) * 3)[frame * 3..frame * 3 + 3], &[253, 231, 37]);
+}
+
+#[test]
+fn spectrogram_paths_that_cannot_work() {
+    let base = [&["synth", "-q"][..], &TINY[..], &REF[..], &["-t", "Hello there.", "--nfe", "1", "--seed", "1"][..]].concat();
+    // Known before synthesis: nothing is generated or written.
+    let out = tmp("never-spec.wav");
+    for (png, says) in [("/nonexistent-dir-f5/s.png", "is not a directory"), ("spec.jpg", "must end in .png")] {
+        let (ok, _, err) = f5(&[&base[..], &["-o", out.to_str().unwrap(), "--spectrogram", png]].concat());
+        assert!(!ok, "{png}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.starts_with("f5: error: ") && err.contains(says), "{err}");
+        assert!(!out.exists(), "{png}: no audio when the spectrogram path is refused up front");
+    }
+    // Known only when writing (here the image's temporary file cannot be created; an unwritable
+    // directory fails the same way): the audio is kept, the exit status says it failed.
+    let png = tmp("blocked.png");
+    std::fs::create_dir_all(png.with_extension("png.partial")).unwrap();
+    let out = tmp("kept.wav");
+    let (ok, _, err) = f5(&[&base[..], &["-o", out.to_str().unwrap(), "--spectrogram", png.to_str().unwrap()]].concat());
+    assert!(!ok);
+    assert!(err.contains("the audio was written to") && err.contains("blocked.png"), "{err}");
+    assert!(!png.exists());
+    assert!(hound::WavReader::open(&out).unwrap().len() > 0, "the audio is there");
+}
+
+#[test]
+fn short_fix_splits_a_one_word_opening_and_lengthens_short_chunks() {
+    let run = |extra: &[&str], name: &str| -> serde_json::Value {
+        let report = tmp(name);
+        let out = tmp("short-fix.wav");
+        let text = "Juuri. Seuraavaksi ne tuovat kahvia.";
+        let (ok, _, err) = f5(&[
+            &["synth", "-q"][..],
+            &TINY[..],
+            &REF[..],
+            &["-t", text, "--nfe", "1", "--seed", "2", "-o", out.to_str().unwrap(), "--report-json", report.to_str().unwrap()][..],
+            extra,
+        ]
+        .concat());
+        assert!(ok, "{err}");
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap()
+    };
+    let off = run(&[], "short-off.json");
+    assert_eq!(off["options"]["short_fix"], false);
+    assert_eq!(off["chunks"].as_array().unwrap().len(), 1);
+    assert_eq!(off["chunks"][0]["short_fix_frames"], 0);
+    let on = run(&["--short-fix"], "short-on.json");
+    assert_eq!(on["options"]["short_fix"], true);
+    let chunks = on["chunks"].as_array().unwrap();
+    let texts: Vec<&str> = chunks.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["Juuri.", "Seuraavaksi ne tuovat kahvia."]);
+    // 6 and 29 bytes: both at or under 30 bytes, both get the whole 1.1 s = 103 frames.
+    assert_eq!(chunks[0]["short_fix_frames"], 103);
+    assert_eq!(chunks[1]["short_fix_frames"], 103);
+    let (_, help, _) = f5(&["synth", "--help"]);
+    assert!(help.contains("--short-fix") && help.contains("departs from the reference"), "{help}");
+    assert!(help.contains("--spectrogram"), "{help}");
+}

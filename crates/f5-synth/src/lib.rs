@@ -3,6 +3,7 @@
 //! model (reference clipping, loudness, transcript fix, chunking by byte budget, duration
 //! estimate, one noise stream across chunks, vocoder, loudness back, cross-fade).
 
+pub mod short_fix;
 pub mod store;
 mod synth;
 mod voice;

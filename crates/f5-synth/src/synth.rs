@@ -38,6 +38,11 @@ pub struct SynthOptions {
     /// above `max_wer` (only with a transcriber, see [`Synthesizer::with_listen_back`]).
     pub retries: u32,
     pub max_wer: f64,
+    /// Our rule for short lines and one-word openings ([`crate::short_fix`]), off by default
+    /// because it departs from the reference: a one-word opening sentence becomes a chunk of its
+    /// own, and a short chunk gets up to 1.1 s more than the reference's estimate. Not applied to
+    /// the duration when `fix_duration` is set (the total is the user's).
+    pub short_fix: bool,
 }
 
 impl Default for SynthOptions {
@@ -55,6 +60,7 @@ impl Default for SynthOptions {
             fix_duration: None,
             solver: Solver::Euler,
             use_epss: true,
+            short_fix: false,
         }
     }
 }
@@ -99,6 +105,8 @@ pub struct ChunkReport {
     pub text: String,
     /// Frames sampled, reference included.
     pub frames: usize,
+    /// Of those, frames `short_fix` added to the reference's estimate (0 when it is off).
+    pub short_fix_frames: usize,
     /// Frames of new speech handed to the vocoder.
     pub generated_frames: usize,
     pub samples: usize,
@@ -272,7 +280,10 @@ impl<B: Backend> Synthesizer<B> {
             return Err(SynthError::Options("the text to speak is empty".into()));
         }
         let budget = voice.max_chunk_bytes(opts.speed);
-        let chunks: Vec<String> = f5_text::chunk_text(text, budget);
+        let mut chunks: Vec<String> = f5_text::chunk_text(text, budget);
+        if opts.short_fix {
+            chunks = crate::short_fix::split_one_word_openings(chunks);
+        }
         if chunks.is_empty() {
             return Err(SynthError::Options("the text to speak is empty".into()));
         }
@@ -305,7 +316,9 @@ impl<B: Backend> Synthesizer<B> {
             let tokens = f5_text::to_tokens(&format!("{}{chunk}", voice.model_text))?;
             let ids = self.vocab.ids(&tokens);
             let estimate = estimate_frames(voice.wave.len(), voice.model_text.len(), chunk.len(), opts.speed, fix[i]);
-            let frames = sampled_frames(estimate, ids.len(), voice.wave.len());
+            let short_fix_frames =
+                if opts.short_fix && fix[i].is_none() { crate::short_fix::short_fix_extra_frames(chunk.len()) } else { 0 };
+            let frames = sampled_frames(estimate + short_fix_frames, ids.len(), voice.wave.len());
             // The first attempt always draws from the shared stream, so later chunks get the same
             // noise whether or not this one is regenerated; retries use seeds of their own.
             let first_noise = generator.randn(frames * mel_dim);
@@ -336,6 +349,7 @@ impl<B: Backend> Synthesizer<B> {
             reports.push(ChunkReport {
                 text: chunk.clone(),
                 frames,
+                short_fix_frames,
                 generated_frames: frames - ref_len,
                 samples: out.wave.len(),
                 seconds: started.elapsed().as_secs_f64(),
