@@ -73,12 +73,16 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// The F5-TTS checkpoint: path, local id or hub reference (see `f5 synth --help`).
-    #[arg(long, short = 'm')]
-    model: String,
-    /// The checkpoint's vocab.txt (default: beside it).
+    /// The F5-TTS checkpoint: path, local id or hub reference (see `f5 synth --help`). Repeat
+    /// to offer several: the first is the default, a request names another by the name given
+    /// here (`"model": …`, listed by GET /models), and the one model thread exchanges the
+    /// weights when it does.
+    #[arg(long, short = 'm', required = true)]
+    model: Vec<String>,
+    /// The checkpoint's vocab.txt (default: beside it). With several models: once for all of
+    /// them, or once per --model, in the same order.
     #[arg(long)]
-    vocab: Option<String>,
+    vocab: Vec<String>,
     /// The Vocos vocoder: path, local id or hub repo.
     #[arg(long)]
     vocoder: String,
@@ -88,7 +92,8 @@ struct ServeArgs {
     /// Voice store directory (default $F5_HOME/voices).
     #[arg(long)]
     voices: Option<PathBuf>,
-    /// Require `Authorization: Bearer TOKEN` on every endpoint but /health and the page.
+    /// Require `Authorization: Bearer TOKEN` on every endpoint but /health; the page also
+    /// takes it as `/?token=TOKEN`.
     #[arg(long, env = "F5_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Free the model when idle this many seconds; reload on the next request.
@@ -292,7 +297,19 @@ fn vocode(a: &VocodeArgs) -> Result<()> {
 
 fn serve(a: ServeArgs) -> Result<()> {
     let hub = resolve::hub(false);
-    let (model, vocab) = resolve::model(&hub, &a.model, a.vocab.as_deref())?;
+    let Some((first, others)) = a.model.split_first() else { bail!("name a model with --model") };
+    let vocab_for = |i: usize| match a.vocab.len() {
+        0 => Ok(None),
+        1 => Ok(a.vocab.first().map(String::as_str)),
+        n if n == a.model.len() => Ok(a.vocab.get(i).map(String::as_str)),
+        n => Err(anyhow::anyhow!("{n} --vocab for {} --model: give one for all, or one per model", a.model.len())),
+    };
+    let (model, vocab) = resolve::model(&hub, first, vocab_for(0)?)?;
+    let mut more_models = Vec::with_capacity(others.len());
+    for (i, name) in others.iter().enumerate() {
+        let (model, vocab) = resolve::model(&hub, name, vocab_for(i + 1)?)?;
+        more_models.push(f5_server::ModelEntry { id: Some(name.clone()), model, vocab });
+    }
     let vocoder = resolve::vocoder(&hub, &a.vocoder)?;
     let voices = match a.voices {
         Some(v) => v,
@@ -300,7 +317,8 @@ fn serve(a: ServeArgs) -> Result<()> {
     };
     let mut config = f5_server::ServerConfig::new(model, vocab, vocoder, voices);
     config.addr = a.addr;
-    config.model_id = Some(a.model.clone());
+    config.model_id = Some(first.clone());
+    config.more_models = more_models;
     config.token = a.token.filter(|t| !t.is_empty());
     config.unload_after = a.unload_after.map(std::time::Duration::from_secs);
     config.queue_capacity = a.queue;

@@ -32,7 +32,8 @@ const PAGE: &str = include_str!("page.html");
 
 pub(crate) struct AppState {
     config: ServerConfig,
-    model_id: String,
+    /// Every model's id, the default first; a job's model is an index into this list.
+    model_ids: Vec<String>,
     store: VoiceStore,
     voices: VoiceCache,
     pub engine: Arc<Engine>,
@@ -40,9 +41,25 @@ pub(crate) struct AppState {
 }
 
 impl AppState {
-    pub fn new(config: ServerConfig, store: VoiceStore, engine: Arc<Engine>) -> Self {
-        let model_id = config.resolved_model_id();
-        AppState { config, model_id, store, voices: VoiceCache::default(), engine, requests: AtomicU64::new(0) }
+    pub fn new(config: ServerConfig, model_ids: Vec<String>, store: VoiceStore, engine: Arc<Engine>) -> Self {
+        AppState { config, model_ids, store, voices: VoiceCache::default(), engine, requests: AtomicU64::new(0) }
+    }
+
+    fn model_id(&self, index: usize) -> &str {
+        self.model_ids.get(index).map(String::as_str).unwrap_or_default()
+    }
+
+    /// The model a request names (the default when it names none), or a 400 that lists the
+    /// ids this server knows.
+    fn model_index(&self, asked: Option<&str>) -> Result<usize, ApiError> {
+        let Some(asked) = asked else { return Ok(0) };
+        self.model_ids.iter().position(|id| id == asked).ok_or_else(|| {
+            ApiError::bad(format!(
+                "unknown model {:?}: this server runs {} (GET /models)",
+                asked.chars().take(64).collect::<String>(),
+                self.model_ids.iter().map(|id| format!("{id:?}")).collect::<Vec<_>>().join(", ")
+            ))
+        })
     }
 }
 
@@ -170,21 +187,26 @@ async fn read_body_capped(mut body: axum::body::Body, limit: usize, drain_limit:
 // ── the token ───────────────────────────────────────────────────────────────────────────
 
 /// With a token configured, every endpoint wants it except `/health` (for load balancers and
-/// supervisors) and the page itself, which holds no data and which a browser fetches without
-/// headers; the page asks for the token and sends it on every call it makes.
+/// supervisors). The page may also carry it as `/?token=…`, because a browser opening a link
+/// cannot send a header; its script then sends the token as a bearer header on every call.
+/// Only the page takes it from the query: API calls with the token in their URL would leave it
+/// in every proxy's and server's access log.
 async fn require_token(State(state): State<Shared>, req: Request, next: Next) -> Response {
     let Some(token) = state.config.token.as_deref() else {
         return next.run(req).await;
     };
-    let open = req.method() == Method::GET && matches!(req.uri().path(), "/health" | "/");
-    if open || token_matches(req.headers(), token) {
+    let is_get = req.method() == Method::GET;
+    let path = req.uri().path();
+    let open = is_get && path == "/health";
+    let page_with_token = is_get && path == "/" && query_token_matches(req.uri().query(), token);
+    if open || page_with_token || header_token_matches(req.headers(), token) {
         return next.run(req).await;
     }
-    ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response()
+    let hint = if path == "/" { "; open the page as /?token=…" } else { "" };
+    ApiError::new(StatusCode::UNAUTHORIZED, format!("missing or wrong bearer token{hint}")).into_response()
 }
 
-fn token_matches(headers: &HeaderMap, token: &str) -> bool {
-    use subtle::ConstantTimeEq;
+fn header_token_matches(headers: &HeaderMap, token: &str) -> bool {
     let Some(value) = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()) else {
         return false;
     };
@@ -192,35 +214,89 @@ fn token_matches(headers: &HeaderMap, token: &str) -> bool {
     let Some(given) = value.get(..7).filter(|s| s.eq_ignore_ascii_case(b"bearer ")).and_then(|_| value.get(7..)) else {
         return false;
     };
-    // Constant time in the content; only the length can show.
-    given.ct_eq(token.as_bytes()).into()
+    same_secret(given, token.as_bytes())
+}
+
+/// Whether any `token=` parameter of the query is the token (percent-decoded, as a browser's
+/// `URLSearchParams` encodes it).
+fn query_token_matches(query: Option<&str>, token: &str) -> bool {
+    let Some(query) = query else { return false };
+    let mut matched = false;
+    for pair in query.split('&') {
+        if let Some(value) = pair.strip_prefix("token=") {
+            // Every candidate is compared, so the time taken does not depend on which matched.
+            matched |= same_secret(&percent_decode(value), token.as_bytes());
+        }
+    }
+    matched
+}
+
+/// Constant time in the content; only the length can show.
+fn same_secret(given: &[u8], token: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    given.ct_eq(token).into()
+}
+
+/// `application/x-www-form-urlencoded` value decoding: `+` is a space, `%XX` a byte; a `%` not
+/// followed by two hex digits stays as it is.
+fn percent_decode(value: &str) -> Vec<u8> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let hex = |at: usize| bytes.get(at).and_then(|c| (*c as char).to_digit(16));
+        match (b, hex(i + 1), hex(i + 2)) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            _ => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 // ── small endpoints ─────────────────────────────────────────────────────────────────────
 
-async fn page() -> Html<&'static str> {
-    Html(PAGE)
+/// The page; it is not cached, since with a token it was fetched with a secret in its URL.
+async fn page() -> Response {
+    let mut resp = Html(PAGE).into_response();
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp.headers_mut().insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    resp
 }
 
 async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
     let s = &state.engine.stats;
     Json(json!({
         "status": "ok",
-        "model": state.model_id,
+        "model": state.model_id(s.current.load(Ordering::SeqCst)),
         "loaded": s.loaded.load(Ordering::SeqCst),
         "queue_depth": state.engine.depth(),
         "queue_capacity": state.config.queue_capacity,
         "loads": s.loads.load(Ordering::SeqCst),
         "unloads": s.unloads.load(Ordering::SeqCst),
+        "switches": s.switches.load(Ordering::SeqCst),
         "requests": state.requests.load(Ordering::SeqCst),
         "jobs_done": s.jobs_done.load(Ordering::SeqCst),
         "jobs_failed": s.jobs_failed.load(Ordering::SeqCst),
     }))
 }
 
+/// Every model a request may name; the first is the default.
 async fn models(State(state): State<Shared>) -> Json<serde_json::Value> {
-    let loaded = state.engine.stats.loaded.load(Ordering::SeqCst);
-    Json(json!({ "models": [{ "id": state.model_id, "loaded": loaded }] }))
+    let stats = &state.engine.stats;
+    let loaded = stats.loaded.load(Ordering::SeqCst).then(|| stats.current.load(Ordering::SeqCst));
+    let list: Vec<_> =
+        state.model_ids.iter().enumerate().map(|(i, id)| json!({ "id": id, "loaded": loaded == Some(i), "default": i == 0 })).collect();
+    Json(json!({ "models": list }))
 }
 
 async fn list_voices(State(state): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
@@ -398,15 +474,6 @@ struct SpeechRequest {
 
 impl Knobs {
     fn options(&self, state: &AppState) -> Result<SynthOptions, ApiError> {
-        if let Some(m) = self.model.as_deref() {
-            if m != state.model_id {
-                return Err(ApiError::bad(format!(
-                    "unknown model {:?}: this server runs {:?} (GET /models)",
-                    m.chars().take(64).collect::<String>(),
-                    state.model_id
-                )));
-            }
-        }
         if state.config.transcriber.is_none() && (self.retries.is_some_and(|r| r > 0) || self.max_wer.is_some()) {
             return Err(ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
@@ -538,7 +605,7 @@ fn audio_response(
         }
     };
     put("x-f5-seed", seeds);
-    put("x-f5-model", state.model_id.clone());
+    put("x-f5-model", state.model_id(outputs.first().map_or(0, |o| o.model)).to_string());
     put("x-f5-audio-seconds", format!("{seconds:.3}"));
     put("x-f5-chunks", chunks.to_string());
     put("x-f5-queue-ms", waited.to_string());
@@ -565,9 +632,10 @@ fn audio_response(
 async fn tts(State(state): State<Shared>, JsonBody(req): JsonBody<TtsRequest>) -> Result<Response, ApiError> {
     state.requests.fetch_add(1, Ordering::SeqCst);
     check_text(&state, &req.text)?;
+    let model = state.model_index(req.knobs.model.as_deref())?;
     let options = req.knobs.options(&state)?;
     let voice = load_voice(&state, &req.voice).await?;
-    let out = speak(&state, JobSpec { voice, text: req.text, options }, Admission::New).await?;
+    let out = speak(&state, JobSpec { model, voice, text: req.text, options }, Admission::New).await?;
     let wave = limited(out.audio.samples.iter().map(|&x| x as f64).collect());
     let body = wav_bytes(&wave)?;
     Ok(audio_response(&state, body, "audio/wav", &[out.audio.seed], &[&out], out.audio.seconds()))
@@ -600,6 +668,7 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
             return Err(ApiError::bad(format!("pause must be between 0 and {MAX_PAUSE_SECONDS} s, got {pause}")));
         }
     }
+    let model = state.model_index(req.knobs.model.as_deref())?;
     let options = req.knobs.options(&state)?;
     // Every voice is checked before the first line is queued, so a typo in line 7 does not
     // cost six syntheses.
@@ -614,7 +683,7 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
     for (i, (line, voice)) in req.lines.into_iter().zip(voices).enumerate() {
         // A request seed gives each line its own reproducible seed.
         let seed = line.seed.or(options.seed.map(|s| s.wrapping_add(i as u64)));
-        let spec = JobSpec { voice, text: line.text, options: SynthOptions { seed, ..options.clone() } };
+        let spec = JobSpec { model, voice, text: line.text, options: SynthOptions { seed, ..options.clone() } };
         let admission = if i == 0 { Admission::New } else { Admission::Continuation };
         let gap_after = fixed_gap.unwrap_or_else(|| f5_synth::trailing_pause_ms(&spec.text) as usize * SAMPLE_RATE as usize / 1000);
         let out = speak(&state, spec, admission).await?;
@@ -632,18 +701,13 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
     Ok(audio_response(&state, body, "audio/wav", &seeds, &refs, seconds))
 }
 
-/// `POST /v1/audio/speech`, as OpenAI's API takes it. OpenAI's model names stand for the
-/// model this server runs, so clients written for OpenAI work unchanged.
+/// `POST /v1/audio/speech`, as OpenAI's API takes it. OpenAI's model names stand for this
+/// server's default model, so clients written for OpenAI work unchanged; the server's own ids
+/// pick a model.
 async fn openai_speech(State(state): State<Shared>, JsonBody(req): JsonBody<SpeechRequest>) -> Result<Response, ApiError> {
     state.requests.fetch_add(1, Ordering::SeqCst);
     const OPENAI_MODELS: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
-    if req.model != state.model_id && !OPENAI_MODELS.contains(&req.model.as_str()) {
-        return Err(ApiError::bad(format!(
-            "unknown model {:?}: use {:?} or tts-1",
-            req.model.chars().take(64).collect::<String>(),
-            state.model_id
-        )));
-    }
+    let model = if OPENAI_MODELS.contains(&req.model.as_str()) { 0 } else { state.model_index(Some(&req.model))? };
     let format = req.response_format.as_deref().unwrap_or("wav");
     if !matches!(format, "wav" | "pcm") {
         return Err(ApiError::bad(format!(
@@ -658,7 +722,7 @@ async fn openai_speech(State(state): State<Shared>, JsonBody(req): JsonBody<Spee
     check_text(&state, &req.input)?;
     let options = SynthOptions { speed, ..SynthOptions::default() };
     let voice = load_voice(&state, &req.voice).await?;
-    let out = speak(&state, JobSpec { voice, text: req.input, options }, Admission::New).await?;
+    let out = speak(&state, JobSpec { model, voice, text: req.input, options }, Admission::New).await?;
     let wave = limited(out.audio.samples.iter().map(|&x| x as f64).collect());
     let seconds = out.audio.seconds();
     if format == "pcm" {

@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,8 @@ use tokio::sync::oneshot;
 
 /// One utterance to speak; each job carries its own options.
 pub(crate) struct JobSpec {
+    /// Which of the server's models speaks it (an index into the loader's list).
+    pub model: usize,
     pub voice: Arc<Voice>,
     pub text: String,
     pub options: SynthOptions,
@@ -24,6 +26,8 @@ pub(crate) struct JobSpec {
 /// A finished job.
 pub(crate) struct JobOutput {
     pub audio: Audio,
+    /// The model that spoke it (an index into the loader's list).
+    pub model: usize,
     /// Time spent waiting in the queue, and running (a reload included).
     pub waited: Duration,
     pub ran: Duration,
@@ -56,8 +60,14 @@ struct QueueState {
 #[derive(Default)]
 pub(crate) struct Stats {
     pub loaded: AtomicBool,
+    /// The model whose weights are loaded, or were last (an index into the loader's list).
+    pub current: AtomicUsize,
+    /// Every time weights were read from disk: the first load, reloads after idle, switches.
     pub loads: AtomicU64,
+    /// Weights dropped after `unload_after` without a job.
     pub unloads: AtomicU64,
+    /// Weights exchanged because a job asked for another model than the one loaded.
+    pub switches: AtomicU64,
     pub jobs_done: AtomicU64,
     pub jobs_failed: AtomicU64,
     /// Running mean of a job's run time in milliseconds, for Retry-After.
@@ -88,10 +98,16 @@ pub(crate) struct Engine {
     pub stats: Stats,
 }
 
-/// What opens the weights, on the model thread, as often as they are reloaded.
-pub(crate) struct Loader {
+/// One checkpoint the server may run.
+pub(crate) struct ModelFiles {
     pub model: PathBuf,
     pub vocab: PathBuf,
+}
+
+/// What opens the weights, on the model thread, as often as they are reloaded or exchanged.
+pub(crate) struct Loader {
+    /// The models in the order configured; the first is loaded at start.
+    pub models: Vec<ModelFiles>,
     pub vocoder: PathBuf,
     pub threads: usize,
     pub transcriber: Option<String>,
@@ -99,10 +115,11 @@ pub(crate) struct Loader {
 }
 
 impl Loader {
-    fn open(&self) -> Result<Synthesizer<CpuBackend>, String> {
+    fn open(&self, index: usize) -> Result<Synthesizer<CpuBackend>, String> {
+        let files = self.models.get(index).ok_or_else(|| format!("no model number {index}"))?;
         let kit = CpuBackend::with_threads(self.threads).map_err(|e| format!("cannot start {} CPU threads: {e}", self.threads))?;
-        let synth =
-            Synthesizer::open(&self.model, &self.vocab, &self.vocoder, kit, &f5_dit::Overrides::default()).map_err(|e| e.to_string())?;
+        let synth = Synthesizer::open(&files.model, &files.vocab, &self.vocoder, kit, &f5_dit::Overrides::default())
+            .map_err(|e| format!("{}: {e}", files.model.display()))?;
         Ok(match &self.transcriber {
             Some(addr) => {
                 let t = f5_verify::Transcriber::new(addr, self.language.clone()).map_err(|e| format!("transcriber {addr}: {e}"))?;
@@ -231,7 +248,7 @@ impl Engine {
 
 fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Duration>, ready: oneshot::Sender<Result<(), String>>) {
     let stats = &engine.stats;
-    let mut synth = match loader.open() {
+    let mut synth = match loader.open(0) {
         Ok(s) => Some(s),
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -239,6 +256,7 @@ fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Durati
         }
     };
     stats.loaded.store(true, Ordering::SeqCst);
+    stats.current.store(0, Ordering::SeqCst);
     stats.loads.store(1, Ordering::SeqCst);
     let _ = ready.send(Ok(()));
     let mut idle_since = Instant::now();
@@ -273,18 +291,30 @@ fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Durati
                         stats.jobs_failed.fetch_add(1, Ordering::SeqCst);
                     }
                 }
-                let _ = job.reply.send(result.map(|audio| JobOutput { audio, waited, ran }));
+                let model = job.spec.model;
+                let _ = job.reply.send(result.map(|audio| JobOutput { audio, model, waited, ran }));
             }
         }
     }
 }
 
 fn run_job(synth: &mut Option<Synthesizer<CpuBackend>>, loader: &Loader, spec: &JobSpec, stats: &Stats) -> Result<Audio, JobError> {
+    let switching = stats.current.load(Ordering::SeqCst) != spec.model;
+    if switching {
+        // The old weights go before the new ones are read, so two models never sit in memory
+        // at once.
+        *synth = None;
+        stats.loaded.store(false, Ordering::SeqCst);
+    }
     if synth.is_none() {
-        let loaded = loader.open().map_err(|e| JobError::Failed(format!("cannot reload the model: {e}")))?;
+        let loaded = loader.open(spec.model).map_err(|e| JobError::Failed(format!("cannot load the model: {e}")))?;
         *synth = Some(loaded);
+        stats.current.store(spec.model, Ordering::SeqCst);
         stats.loaded.store(true, Ordering::SeqCst);
         stats.loads.fetch_add(1, Ordering::SeqCst);
+        if switching {
+            stats.switches.fetch_add(1, Ordering::SeqCst);
+        }
     }
     let Some(model) = synth.as_ref() else {
         return Err(JobError::Failed("the model is not loaded".into()));

@@ -4,8 +4,9 @@
 //! forward passes are handed to ONE model thread over a bounded queue, one job per utterance,
 //! because the model's scratch buffers belong to whoever runs it: two forwards at once through
 //! the same weights would corrupt each other, and a second client must wait rather than race.
-//! The model thread is also the only one that lets the weights go when idle (`unload_after`)
-//! and loads them again before the next job.
+//! The model thread is also the only one that lets the weights go when idle (`unload_after`),
+//! loads them again before the next job, and exchanges them when a job names another of the
+//! configured models: one set of weights in memory at a time.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), f5_server::ServerError> {
@@ -38,6 +39,9 @@ pub struct ServerConfig {
     pub vocoder: PathBuf,
     /// The name `GET /models` reports; `None` takes the checkpoint's directory name.
     pub model_id: Option<String>,
+    /// Further checkpoints a request may name by id (`"model": …`); the model thread unloads
+    /// the current weights and loads the named ones. The vocoder is shared.
+    pub more_models: Vec<ModelEntry>,
     /// The voice store directory (created if absent).
     pub voices_dir: PathBuf,
     /// When set, every endpoint but `/health` and the page wants `Authorization: Bearer <token>`.
@@ -71,6 +75,7 @@ impl ServerConfig {
             vocab,
             vocoder,
             model_id: None,
+            more_models: Vec::new(),
             voices_dir,
             token: None,
             unload_after: None,
@@ -84,19 +89,52 @@ impl ServerConfig {
         }
     }
 
-    fn resolved_model_id(&self) -> String {
-        if let Some(id) = self.model_id.as_ref().filter(|s| !s.is_empty()) {
-            return id.clone();
+    /// The ids of every model, the default first, checked to be distinct.
+    fn model_ids(&self) -> Result<Vec<String>, ServerError> {
+        let mut ids = vec![model_id_for(self.model_id.as_deref(), &self.model)];
+        for extra in &self.more_models {
+            let id = model_id_for(extra.id.as_deref(), &extra.model);
+            if ids.contains(&id) {
+                return Err(ServerError::Config(format!(
+                    "two models have the id {id:?} ({}); give them distinct ids",
+                    extra.model.display()
+                )));
+            }
+            ids.push(id);
         }
-        self.model
-            .parent()
-            .and_then(|p| p.file_name())
-            .or_else(|| self.model.file_stem())
-            .and_then(|s| s.to_str())
-            .filter(|s| !s.is_empty())
-            .unwrap_or("f5")
-            .to_string()
+        Ok(ids)
     }
+}
+
+/// A checkpoint besides the default one (see [`ServerConfig::more_models`]).
+#[derive(Clone, Debug)]
+pub struct ModelEntry {
+    /// The id requests use; `None` takes the checkpoint's directory name.
+    pub id: Option<String>,
+    pub model: PathBuf,
+    pub vocab: PathBuf,
+}
+
+impl ModelEntry {
+    pub fn new(model: PathBuf, vocab: PathBuf) -> Self {
+        ModelEntry { id: None, model, vocab }
+    }
+}
+
+/// A model's public id: the one given, else the checkpoint's directory name (checkpoints are
+/// usually `<name>/model.safetensors`), else its file stem.
+fn model_id_for(given: Option<&str>, model: &std::path::Path) -> String {
+    if let Some(id) = given.filter(|s| !s.is_empty()) {
+        return id.to_string();
+    }
+    model
+        .parent()
+        .and_then(|p| p.file_name())
+        .or_else(|| model.file_stem())
+        .and_then(|s| s.to_str())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("f5")
+        .to_string()
 }
 
 /// Why the server could not start or stopped with an error.
@@ -124,8 +162,9 @@ pub struct Server {
 }
 
 impl Server {
-    /// Loads the weights on the model thread (so a wrong path fails here, not on the first
-    /// request), opens the voice store and binds the socket.
+    /// Loads the default model's weights on the model thread (so a wrong path fails here, not
+    /// on the first request), checks that every further model's files exist, opens the voice
+    /// store and binds the socket.
     pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
         if config.queue_capacity == 0 {
             return Err(ServerError::Config("the queue capacity must be at least 1".into()));
@@ -136,10 +175,21 @@ impl Server {
         if config.unload_after.is_some_and(|d| d.is_zero()) {
             return Err(ServerError::Config("unload-after must be longer than zero".into()));
         }
+        let model_ids = config.model_ids()?;
+        // The further models load only when first asked for; a typo in their paths should
+        // still stop the start, not the first request that names them.
+        for extra in &config.more_models {
+            for file in [&extra.model, &extra.vocab] {
+                if !file.is_file() {
+                    return Err(ServerError::Model(format!("{}: no such file", file.display())));
+                }
+            }
+        }
         let store = f5_synth::VoiceStore::open(&config.voices_dir)?;
+        let mut models = vec![engine::ModelFiles { model: config.model.clone(), vocab: config.vocab.clone() }];
+        models.extend(config.more_models.iter().map(|m| engine::ModelFiles { model: m.model.clone(), vocab: m.vocab.clone() }));
         let loader = engine::Loader {
-            model: config.model.clone(),
-            vocab: config.vocab.clone(),
+            models,
             vocoder: config.vocoder.clone(),
             threads: config.threads,
             transcriber: config.transcriber.clone(),
@@ -150,7 +200,7 @@ impl Server {
         let listener =
             tokio::net::TcpListener::bind(config.addr).await.map_err(|source| ServerError::Bind { addr: config.addr, source })?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(api::AppState::new(config, store, engine));
+        let state = Arc::new(api::AppState::new(config, model_ids, store, engine));
         Ok(Server { listener, addr, state, model_thread })
     }
 

@@ -294,9 +294,38 @@ async fn hostile_requests_are_refused_and_write_nothing() {
     let before = s.store_listing();
     assert!(!before.is_empty());
 
-    // The token: health and the page are open; everything else wants it.
+    // The token: only health is open; everything else wants it.
     assert_eq!(c.get(s.url("/health")).send().await.unwrap().status(), 200);
-    assert_eq!(c.get(s.url("/")).send().await.unwrap().status(), 200);
+    // The page takes it as a header or, since a browser opening a link sends no header, as
+    // ?token= (percent-encoded or not); nothing else takes it from the URL.
+    for (path, header, want) in [
+        ("/", None, 401),
+        ("/", Some(auth.as_str()), 200),
+        ("/?token=s3cret-token", None, 200),
+        ("/?voice=birch&token=s3cret%2Dtoken&speak=1", None, 200),
+        ("/?token=s3cret-toke", None, 401),
+        ("/?token=s3cret-token2", None, 401),
+        ("/?token=", None, 401),
+        ("/?tokens3cret-token", None, 401),
+        ("/?xtoken=s3cret-token", None, 401),
+        ("/?token=wrong&token=s3cret-token", None, 200),
+        ("/?token=wrong", Some(auth.as_str()), 200),
+        ("/models?token=s3cret-token", None, 401),
+        ("/voices?token=s3cret-token", None, 401),
+        ("/health?token=wrong", None, 200),
+    ] {
+        let mut req = c.get(s.url(path));
+        if let Some(h) = header {
+            req = req.header("authorization", h);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status().as_u16(), want, "GET {path} with {header:?}");
+        if want == 200 && path.starts_with("/?") {
+            assert_eq!(r.headers()["cache-control"], "no-store", "a page fetched with a secret in its URL is not cached");
+        }
+    }
+    let r = c.post(s.url("/tts?token=s3cret-token")).json(&tts_body("Hi.", 1)).send().await.unwrap();
+    assert_eq!(error_of(r).await.0, 401, "synthesis does not take the token from the URL");
     for (method, path) in [
         ("GET", "/voices"),
         ("GET", "/models"),
@@ -480,4 +509,150 @@ async fn dialogue_pauses_follow_punctuation_by_default() {
     }
     assert_eq!(both, alone + f5_synth::trailing_pause_ms("Hello there.") as usize * 24);
     s.shutdown().await;
+}
+
+/// Two models behind the one model thread. Requests that alternate between them all succeed,
+/// each answer is byte-identical to the same request on a server that runs only that model,
+/// and `/health` counts every exchange of weights; an unknown model is refused with the ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_switch_between_models() {
+    const V1: &str = "f5-tiny-v1";
+    const V0: &str = "f5-tiny-v0";
+    let v0_files = || f5_server::ModelEntry::new(fixture("models/f5-tiny-v0/model.safetensors"), fixture("vocab.txt"));
+    let c = client();
+
+    // The answers each model gives alone.
+    let requests: Vec<(&str, String, u64)> =
+        (0..6u64).map(|i| (if i % 2 == 0 { V0 } else { V1 }, format!("Line number {i}."), 20 + i)).collect();
+    let body = |model: &str, text: &str, seed: u64| {
+        let mut b = tts_body(text, seed);
+        b["model"] = json!(model);
+        b
+    };
+    let mut alone = Vec::new();
+    for model in [V1, V0] {
+        let single = start_with(
+            |c| {
+                if model == V0 {
+                    c.model = fixture("models/f5-tiny-v0/model.safetensors");
+                }
+            },
+            false,
+        )
+        .await;
+        for (m, text, seed) in requests.iter().filter(|r| r.0 == model) {
+            let r = c.post(single.url("/tts")).json(&body(m, text, *seed)).send().await.unwrap();
+            assert_eq!(r.status(), 200, "{m} alone");
+            alone.push(((*m, text.clone(), *seed), r.bytes().await.unwrap()));
+        }
+        single.shutdown().await;
+    }
+    let alone_answer = |m: &str, text: &str, seed: u64| {
+        alone.iter().find(|(k, _)| k.0 == m && k.1 == text && k.2 == seed).map(|(_, v)| v.clone()).expect("a lone answer")
+    };
+
+    let s = start_with(
+        |c| {
+            c.more_models = vec![v0_files()];
+            // Room for the whole burst below.
+            c.queue_capacity = 32;
+        },
+        false,
+    )
+    .await;
+    let models: serde_json::Value = c.get(s.url("/models")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(models["models"], json!([{ "id": V1, "loaded": true, "default": true }, { "id": V0, "loaded": false, "default": false }]));
+
+    // One after another, alternating: every request but none exchanges the weights.
+    for (m, text, seed) in &requests {
+        let r = c.post(s.url("/tts")).json(&body(m, text, *seed)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{m}");
+        assert_eq!(r.headers()["x-f5-model"], *m);
+        assert_eq!(r.bytes().await.unwrap(), alone_answer(m, text, *seed), "{m} {text:?}: as from a server running only {m}");
+    }
+    let h = health(&c, &s).await;
+    assert_eq!(h["switches"], 6, "v1 loaded at start, then v0 v1 v0 v1 v0 v1: {h}");
+    assert_eq!(h["loads"], 7, "{h}");
+    assert_eq!(h["unloads"], 0, "{h}");
+    assert_eq!(h["model"], V1, "{h}");
+    // The two models differ, so the answers above show which weights spoke.
+    assert_ne!(alone_answer(V0, "Line number 0.", 20), alone_answer(V1, "Line number 1.", 21));
+
+    // All at once, in both directions and through every synthesis endpoint.
+    let mut tasks = Vec::new();
+    for round in 0..3 {
+        for (m, text, seed) in requests.clone() {
+            let (c, url) = (c.clone(), s.url("/tts"));
+            let b = body(m, &text, seed);
+            tasks.push(tokio::spawn(async move {
+                let r = c.post(url).json(&b).send().await.expect("tts");
+                assert_eq!(r.status(), 200, "round {round} {m}");
+                ((m, text, seed), r.bytes().await.expect("wav"))
+            }));
+        }
+    }
+    for task in tasks {
+        let ((m, text, seed), wav) = task.await.expect("request task");
+        assert_eq!(wav, alone_answer(m, &text, seed), "{m} {text:?} under concurrent switching");
+    }
+    let r = c
+        .post(s.url("/v1/audio/speech"))
+        .json(&json!({ "model": V0, "input": "Hello there.", "voice": VOICE, "response_format": "wav" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-f5-model"], V0);
+    let r =
+        c.post(s.url("/v1/audio/speech")).json(&json!({ "model": "tts-1", "input": "Hello there.", "voice": VOICE })).send().await.unwrap();
+    assert_eq!(r.headers()["x-f5-model"], V1, "OpenAI's names mean the default model");
+    let dialogue = json!({ "lines": [{ "voice": VOICE, "text": "Line number 0." }], "nfe": 4, "seed": 20, "model": V0 });
+    let r = c.post(s.url("/dialogue")).json(&dialogue).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-f5-model"], V0);
+    let h = health(&c, &s).await;
+    assert!(h["switches"].as_u64().unwrap() >= 8, "{h}");
+    assert_eq!(h["jobs_failed"], 0, "{h}");
+
+    // An unknown model: 400, naming the models there are, and nothing queued.
+    let done = h["jobs_done"].clone();
+    for (path, body) in [
+        ("/tts", body("f5-tiny-v2", "Hi.", 1)),
+        ("/dialogue", json!({ "lines": [{ "voice": VOICE, "text": "Hi." }], "model": "f5-tiny-v2" })),
+        ("/v1/audio/speech", json!({ "model": "f5-tiny-v2", "input": "Hi.", "voice": VOICE })),
+    ] {
+        let (status, msg) = error_of(c.post(s.url(path)).json(&body).send().await.unwrap()).await;
+        assert_eq!(status, 400, "{path}: {msg}");
+        assert!(msg.contains("f5-tiny-v2") && msg.contains(V1) && msg.contains(V0), "{path}: {msg}");
+    }
+    assert_eq!(health(&c, &s).await["jobs_done"], done);
+    s.shutdown().await;
+}
+
+/// Two models may not share an id, and a further model's files must exist at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn further_models_are_checked_at_start() {
+    let voices = std::env::temp_dir().join(format!("f5-server-models-check-{}", std::process::id()));
+    let base = || {
+        let mut c = f5_server::ServerConfig::new(
+            fixture("models/f5-tiny-v1/model.safetensors"),
+            fixture("vocab.txt"),
+            fixture("models/vocos-tiny/pytorch_model.bin"),
+            voices.clone(),
+        );
+        c.addr = "127.0.0.1:0".parse().unwrap();
+        c.threads = 1;
+        c
+    };
+    let mut same_id = base();
+    let mut dup = f5_server::ModelEntry::new(fixture("models/f5-tiny-v0/model.safetensors"), fixture("vocab.txt"));
+    dup.id = Some("f5-tiny-v1".into());
+    same_id.more_models = vec![dup];
+    let err = f5_server::Server::bind(same_id).await.err().expect("a duplicate id is refused").to_string();
+    assert!(err.contains("f5-tiny-v1"), "{err}");
+    let mut missing = base();
+    missing.more_models = vec![f5_server::ModelEntry::new(fixture("models/nowhere/model.safetensors"), fixture("vocab.txt"))];
+    let err = f5_server::Server::bind(missing).await.err().expect("a missing file is refused").to_string();
+    assert!(err.contains("nowhere"), "{err}");
+    let _ = std::fs::remove_dir_all(&voices);
 }

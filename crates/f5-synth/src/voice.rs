@@ -92,12 +92,63 @@ impl Voice {
 }
 
 /// Voices by content: the same recording and transcript (and loudness target) load once.
-#[derive(Default)]
+///
+/// The cache keeps at most `capacity` voices and forgets the least recently used one first: a
+/// long-running server sees an unbounded stream of uploads and replaced recordings, and each
+/// prepared voice holds up to 12 s of 24 kHz audio plus its mel (about 1.6 MB).
 pub struct VoiceCache {
-    voices: Mutex<HashMap<u64, Arc<Voice>>>,
+    capacity: usize,
+    entries: Mutex<CacheEntries>,
+}
+
+#[derive(Default)]
+struct CacheEntries {
+    /// Each voice with the tick of its last use.
+    voices: HashMap<u64, (Arc<Voice>, u64)>,
+    tick: u64,
+}
+
+impl CacheEntries {
+    fn touch(&mut self, key: u64) -> Option<Arc<Voice>> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.voices.get_mut(&key).map(|(voice, used)| {
+            *used = tick;
+            voice.clone()
+        })
+    }
+}
+
+impl Default for VoiceCache {
+    fn default() -> Self {
+        Self::with_capacity(Self::DEFAULT_CAPACITY)
+    }
 }
 
 impl VoiceCache {
+    /// Enough for the voices a server actually rotates through, at most about 100 MB.
+    pub const DEFAULT_CAPACITY: usize = 64;
+
+    /// A cache that keeps at most `capacity` voices (at least one).
+    pub fn with_capacity(capacity: usize) -> Self {
+        VoiceCache { capacity: capacity.max(1), entries: Mutex::new(CacheEntries::default()) }
+    }
+
+    /// How many voices are held now.
+    pub fn len(&self) -> usize {
+        self.lock().voices.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The entries even after a panicking holder poisoned the lock: a map and a counter, never
+    /// left half-updated between statements.
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheEntries> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn load(&self, path: &Path, transcript: &str, target_rms: f32) -> Result<Arc<Voice>, SynthError> {
         let bytes = std::fs::read(path).map_err(|e| SynthError::Reference(format!("{}: {e}", path.display())))?;
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -105,14 +156,20 @@ impl VoiceCache {
         transcript.hash(&mut h);
         target_rms.to_bits().hash(&mut h);
         let key = h.finish();
-        if let Some(v) = self.voices.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        if let Some(v) = self.lock().touch(key) {
             return Ok(v);
         }
         let ext = path.extension().and_then(|e| e.to_str());
         let audio = f5_audio::decode_bytes(&bytes, &path.display().to_string(), ext).map_err(|e| SynthError::Reference(e.to_string()))?;
         let voice = Arc::new(Voice::from_audio(&audio, transcript, target_rms)?);
-        if let Ok(mut m) = self.voices.lock() {
-            m.insert(key, voice.clone());
+        let mut entries = self.lock();
+        entries.tick += 1;
+        let tick = entries.tick;
+        entries.voices.insert(key, (voice.clone(), tick));
+        while entries.voices.len() > self.capacity {
+            // A linear scan: the capacity is small and a miss costs a decode and a mel anyway.
+            let Some(oldest) = entries.voices.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k) else { break };
+            entries.voices.remove(&oldest);
         }
         Ok(voice)
     }
@@ -129,5 +186,42 @@ mod tests {
         assert_eq!(fix_transcript("Hello there. "), "Hello there. ");
         assert_eq!(fix_transcript("你好。"), "你好。");
         assert_eq!(fix_transcript("Really?"), "Really?. ");
+    }
+
+    fn reference() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/audio/ref_22050.wav")
+    }
+
+    /// A full cache forgets the voice used longest ago, not the one just used, and never holds
+    /// more than its capacity. The transcript is part of the key, so one recording with three
+    /// transcripts makes three voices.
+    #[test]
+    fn voice_cache_evicts_the_least_recently_used() {
+        let cache = VoiceCache::with_capacity(2);
+        let path = reference();
+        let a = cache.load(&path, "Transcript A.", 0.1).expect("voice a");
+        let b = cache.load(&path, "Transcript B.", 0.1).expect("voice b");
+        assert_eq!(cache.len(), 2);
+        // A hit is the same prepared voice.
+        assert!(Arc::ptr_eq(&a, &cache.load(&path, "Transcript A.", 0.1).expect("a again")));
+        // A third voice pushes out b, the one used longest ago.
+        let c = cache.load(&path, "Transcript C.", 0.1).expect("voice c");
+        assert_eq!(cache.len(), 2, "the cache stays within its capacity");
+        assert!(Arc::ptr_eq(&a, &cache.load(&path, "Transcript A.", 0.1).expect("a kept")), "a, used recently, is kept");
+        assert!(Arc::ptr_eq(&c, &cache.load(&path, "Transcript C.", 0.1).expect("c kept")));
+        let b_again = cache.load(&path, "Transcript B.", 0.1).expect("b reloaded");
+        assert!(!Arc::ptr_eq(&b, &b_again), "b was evicted and prepared afresh");
+        assert_eq!(b.wave, b_again.wave, "a reload prepares the same voice");
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn voice_cache_default_is_bounded() {
+        let cache = VoiceCache::default();
+        let path = reference();
+        for i in 0..VoiceCache::DEFAULT_CAPACITY + 3 {
+            cache.load(&path, &format!("Transcript {i}."), 0.1).expect("voice");
+        }
+        assert_eq!(cache.len(), VoiceCache::DEFAULT_CAPACITY);
     }
 }

@@ -1,0 +1,300 @@
+//! Real clients against the real server: the built-in page in headless Chromium, and OpenAI's
+//! Python client. Each needs a program from outside the workspace; without it the test says so
+//! and passes, unless the environment asks for it (F5_REQUIRE_CHROMIUM=1).
+
+mod common;
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "page-token-7";
+
+/// The Chromium to drive: $F5_CHROMIUM, else the first of the usual names on $PATH.
+fn find_chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("F5_CHROMIUM").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+    }
+    let path = std::env::var_os("PATH")?;
+    ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"]
+        .iter()
+        .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
+        .find(|p| p.is_file())
+}
+
+/// Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`: commands
+/// in on fd 3, answers out on fd 4, each a JSON text ended by NUL), which needs no websocket.
+/// The page is watched in real time: under headless Chromium's virtual time (`--dump-dom
+/// --virtual-time-budget`) an `<audio>` element loaded after the page's own load stalls, as
+/// virtual time does not wait for the media pipeline.
+struct Devtools {
+    child: Child,
+    commands: ChildStdin,
+    answers: mpsc::Receiver<Value>,
+    stderr: Arc<Mutex<String>>,
+    next_id: u64,
+}
+
+impl Devtools {
+    fn launch(chromium: &Path, profile: &Path, url: &str) -> Devtools {
+        // The shell hands the child's stdin and stdout to Chromium as fds 3 and 4.
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg("exec \"$@\" 3<&0 4>&1 0</dev/null 1>&2")
+            .arg("sh")
+            .arg(chromium)
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--mute-audio", "--no-first-run", "--remote-debugging-pipe"])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromium.display()));
+        let commands = child.stdin.take().expect("stdin");
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut err = child.stderr.take().expect("stderr");
+        let (tx, answers) = mpsc::channel();
+        std::thread::spawn(move || loop {
+            let mut message = Vec::new();
+            match out.read_until(0, &mut message) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            message.pop();
+            if let Ok(v) = serde_json::from_slice::<Value>(&message) {
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let mut reader = std::io::BufReader::new(&mut err);
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if let Ok(mut all) = sink.lock() {
+                    all.push_str(&line);
+                }
+                line.clear();
+            }
+        });
+        Devtools { child, commands, answers, stderr, next_id: 1 }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Sends one command (to the browser, or to a page's session) and waits for its answer.
+    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut command = json!({ "id": id, "method": method, "params": params });
+        if let Some(session) = session {
+            command["sessionId"] = json!(session);
+        }
+        let mut bytes = serde_json::to_vec(&command).expect("json");
+        bytes.push(0);
+        if let Err(e) = self.commands.write_all(&bytes).and_then(|_| self.commands.flush()) {
+            panic!("Chromium stopped reading commands ({e}); stderr:\n{}", self.stderr());
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let answer = match self.answers.recv_timeout(left) {
+                Ok(a) => a,
+                Err(e) => panic!("no answer to {method} ({e}); stderr:\n{}", self.stderr()),
+            };
+            // Anything else is an event.
+            if answer["id"] == json!(id) {
+                if let Some(error) = answer.get("error") {
+                    panic!("{method} failed: {error}");
+                }
+                return answer["result"].clone();
+            }
+        }
+    }
+
+    fn close(mut self) {
+        let _ = self.call(None, "Browser.close", json!({}));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Devtools {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Opens `url` and waits until the page's `#status` leaves the idle and speaking states;
+/// returns its `data-state`, `data-duration` and text.
+fn page_outcome(chromium: &Path, url: &str) -> (String, f64, String) {
+    let profile = std::env::temp_dir().join(format!("f5-chromium-profile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&profile);
+    let mut browser = Devtools::launch(chromium, &profile, url);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let target = loop {
+        let targets = browser.call(None, "Target.getTargets", json!({}));
+        let page = targets["targetInfos"].as_array().into_iter().flatten().find(|t| t["type"] == "page");
+        if let Some(page) = page {
+            break page["targetId"].clone();
+        }
+        assert!(Instant::now() < deadline, "Chromium never opened the page; targets: {targets}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let attached = browser.call(None, "Target.attachToTarget", json!({ "targetId": target, "flatten": true }));
+    let session = attached["sessionId"].as_str().expect("a session id").to_string();
+    let probe = "(() => { const s = document.getElementById('status'); \
+                 return s ? JSON.stringify({ state: s.dataset.state, duration: s.dataset.duration, text: s.textContent }) : '{}'; })()";
+    let outcome = loop {
+        let result = browser.call(Some(&session), "Runtime.evaluate", json!({ "expression": probe, "returnByValue": true }));
+        let status: Value = result["result"]["value"].as_str().and_then(|v| serde_json::from_str(v).ok()).unwrap_or(Value::Null);
+        let state = status["state"].as_str().unwrap_or_default().to_string();
+        if !matches!(state.as_str(), "" | "idle" | "speaking") {
+            let duration = status["duration"].as_str().and_then(|d| d.parse().ok()).unwrap_or(0.0);
+            break (state, duration, status["text"].as_str().unwrap_or_default().to_string());
+        }
+        assert!(Instant::now() < deadline, "the page is still {status} after two minutes; stderr:\n{}", browser.stderr());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    browser.close();
+    let _ = std::fs::remove_dir_all(&profile);
+    outcome
+}
+
+/// The page, opened by a link that carries the token, a voice and a text and asks it to speak:
+/// it lists the voices, synthesises, and its `<audio>` element loads the wav and can play it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_speaks_in_headless_chromium() {
+    let Some(chromium) = find_chromium() else {
+        let msg = "no Chromium (set F5_CHROMIUM, or install chromium): the page test did not run";
+        if std::env::var("F5_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
+            panic!("{msg}, and F5_REQUIRE_CHROMIUM=1 requires it");
+        }
+        eprintln!("SKIPPED: {msg}");
+        return;
+    };
+    let s = start_with(|c| c.token = Some(TOKEN.into()), false).await;
+    let c = client();
+    // What the page should end up holding: the same request made directly.
+    let r = c.post(s.url("/tts")).bearer_auth(TOKEN).json(&tts_body("Hello there.", 3)).send().await.expect("tts");
+    assert_eq!(r.status(), 200);
+    let expected_seconds = wav_samples(&r.bytes().await.expect("wav")) as f64 / 24_000.0;
+
+    let url = s.url(&format!("/?token={TOKEN}&voice={VOICE}&text=Hello%20there.&nfe=4&seed=3&speak=1"));
+    let (state, duration, text) = tokio::task::spawn_blocking(move || page_outcome(&chromium, &url)).await.expect("join");
+    assert_eq!(state, "ready", "the page ended in {state:?}: {text}");
+    // Chromium's wav demuxer reports the duration in whole microseconds.
+    assert!((duration - expected_seconds).abs() < 1e-3, "the <audio> element holds {duration} s, the answer is {expected_seconds} s");
+    let h = health(&c, &s).await;
+    assert_eq!(h["jobs_done"], 2, "the page's request reached the model: {h}");
+    s.shutdown().await;
+}
+
+/// The request OpenAI's Python client (openai 3.57.0) sends for
+/// `client.audio.speech.create(model="tts-1", voice="birch", input="Hello there.",
+/// response_format="wav")`, header for header and byte for byte, as captured from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_openai_python_sends_gets_a_wav() {
+    let s = start_with(|c| c.token = Some(TOKEN.into()), false).await;
+    let c = client();
+    let body = format!(r#"{{"model":"tts-1","input":"Hello there.","voice":"{VOICE}","response_format":"wav"}}"#);
+    let request = c
+        .post(s.url("/v1/audio/speech"))
+        .header("Accept-Encoding", "gzip, deflate")
+        .header("Connection", "keep-alive")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("accept", "application/octet-stream")
+        .header("content-type", "application/json")
+        .header("user-agent", "OpenAI/Python 3.57.0")
+        .header("x-stainless-lang", "python")
+        .header("x-stainless-package-version", "3.57.0")
+        .header("x-stainless-os", "Linux")
+        .header("x-stainless-arch", "x64")
+        .header("x-stainless-runtime", "CPython")
+        .header("x-stainless-runtime-version", "3.11.7")
+        .header("x-stainless-async", "false")
+        .header("x-stainless-retry-count", "0")
+        .header("x-stainless-read-timeout", "600");
+    let r = request.body(body).send().await.expect("speech");
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "audio/wav");
+    assert!(wav_samples(&r.bytes().await.expect("wav")) > 0);
+    s.shutdown().await;
+}
+
+/// OpenAI's own Python client, pointed at the server with the token as its API key, gets a
+/// 24 kHz wav. Runs when F5_OPENAI_PYTHON names a Python that has the `openai` package.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_client_gets_a_wav() {
+    let Some(python) = std::env::var_os("F5_OPENAI_PYTHON").filter(|p| !p.is_empty()) else {
+        eprintln!("SKIPPED: F5_OPENAI_PYTHON is not set (a Python with `pip install openai`): the OpenAI client test did not run");
+        return;
+    };
+    let s = start_with(|c| c.token = Some(TOKEN.into()), false).await;
+    let out = std::env::temp_dir().join(format!("f5-openai-client-{}.wav", std::process::id()));
+    let script = r#"
+import sys, openai
+base_url, api_key, voice, out = sys.argv[1:5]
+client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
+speech = client.audio.speech.create(model="tts-1", voice=voice, input="Hello there.", response_format="wav")
+open(out, "wb").write(speech.content)
+print("openai", openai.__version__)
+"#;
+    let mut cmd = Command::new(&python);
+    cmd.arg("-c").arg(script).arg(s.url("/v1")).arg(TOKEN).arg(VOICE).arg(&out);
+    let (status, stdout, stderr) = tokio::task::spawn_blocking(move || run_bounded(cmd, Duration::from_secs(180))).await.expect("join");
+    assert!(status.success(), "the OpenAI client failed ({status}):\n{stdout}\n{stderr}");
+    eprintln!("ran {}", stdout.trim());
+    let wav = std::fs::read(&out).expect("the client wrote the answer");
+    let _ = std::fs::remove_file(&out);
+    // RIFF/WAVE, mono 16-bit 24 kHz, a data chunk that holds samples.
+    assert!(wav_samples(&wav) > 0, "{stdout}");
+    s.shutdown().await;
+}
+
+/// Runs `cmd` to its end, or kills it after `limit`; returns its status, stdout and stderr.
+fn run_bounded(mut cmd: Command, limit: Duration) -> (std::process::ExitStatus, String, String) {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the program starts");
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} ran past {limit:?} and was stopped; stderr:\n{}", stderr.join().unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    (status, stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default())
+}
