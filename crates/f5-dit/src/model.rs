@@ -60,25 +60,30 @@ pub struct F5Model<B: Backend> {
 
 struct Loader<'a, B: Backend> {
     kit: &'a B,
-    ckpt: &'a Checkpoint,
+    ckpt: &'a mut Checkpoint,
     prefix: &'a str,
 }
 
 impl<B: Backend> Loader<'_, B> {
-    fn host(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, DitError> {
+    /// A copy of the tensor; its mapped pages are let go at once, so the file and the copies
+    /// are never resident together (peak memory is the weights once, not twice).
+    fn host(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, DitError> {
         let full = format!("{}{name}", self.prefix);
         let meta = self.ckpt.meta(&full).map_err(|_| DitError::Missing { tensor: full.clone() })?;
         if meta.shape() != shape {
             return Err(DitError::Shape { tensor: full, detail: format!("found {:?}, the architecture needs {shape:?}", meta.shape()) });
         }
-        Ok(self.ckpt.read_f32(&full)?)
+        let data = self.ckpt.read_f32(&full)?;
+        self.ckpt.evict(&full);
+        Ok(data)
     }
 
-    fn tensor(&self, name: &str, shape: &[usize]) -> Result<B::Buf, DitError> {
-        Ok(self.kit.upload(&self.host(name, shape)?)?)
+    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<B::Buf, DitError> {
+        let data = self.host(name, shape)?;
+        Ok(self.kit.upload(&data)?)
     }
 
-    fn linear(&self, name: &str, out: usize, inp: usize) -> Result<Linear<B>, DitError> {
+    fn linear(&mut self, name: &str, out: usize, inp: usize) -> Result<Linear<B>, DitError> {
         Ok(Linear {
             weight: self.tensor(&format!("{name}.weight"), &[out, inp])?,
             bias: self.tensor(&format!("{name}.bias"), &[out])?,
@@ -93,15 +98,16 @@ impl<B: Backend> F5Model<B> {
     /// The architecture is read from the file ([`F5Config::infer`]).
     pub fn open(path: impl AsRef<Path>, kit: B, overrides: &Overrides) -> Result<Self, DitError> {
         let path = path.as_ref();
-        let ckpt = Checkpoint::open(path)?;
+        let mut ckpt = Checkpoint::open(path)?;
         let config = F5Config::infer(&ckpt, path, overrides)?;
-        Self::from_checkpoint(&ckpt, config, kit)
+        Self::from_checkpoint(&mut ckpt, config, kit)
     }
 
-    /// Uploads the weights of an already opened checkpoint with a known architecture.
-    pub fn from_checkpoint(ckpt: &Checkpoint, config: F5Config, kit: B) -> Result<Self, DitError> {
+    /// Uploads the weights of an already opened checkpoint with a known architecture. Each
+    /// tensor's mapped pages are evicted once copied ([`Checkpoint::evict`]), hence `&mut`.
+    pub fn from_checkpoint(ckpt: &mut Checkpoint, config: F5Config, kit: B) -> Result<Self, DitError> {
         let c = &config;
-        let l = Loader { kit: &kit, ckpt, prefix: &c.prefix };
+        let mut l = Loader { kit: &kit, ckpt, prefix: &c.prefix };
         let (d, td) = (c.dim, c.text_dim);
         let text_blocks = (0..c.conv_layers)
             .map(|i| {

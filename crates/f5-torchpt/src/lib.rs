@@ -244,6 +244,32 @@ impl Checkpoint {
         Ok(out)
     }
 
+    /// Drops this tensor's pages of the memory map from the process's resident memory (the
+    /// kernel reads them from the file again if they are touched later). A loader that copies
+    /// every tensor into its own buffers calls this after each copy; otherwise the mapped file
+    /// stays resident next to the copies and the peak RSS is twice the weights. Best effort: a
+    /// checkpoint held in memory, or a kernel that refuses the advice, keeps its pages. Takes
+    /// `&mut self` so that no slice borrowed from the map can be alive while its pages go.
+    pub fn evict(&mut self, name: &str) {
+        let Backing::Mapped(map) = &self.backing else { return };
+        let Some(range) = self.tensors.get(name).and_then(|info| info.byte_range().or(Some(info.storage_range()))) else {
+            return;
+        };
+        const PAGE: usize = 4096;
+        let start = range.start / PAGE * PAGE;
+        let end = range.end.min(map.len());
+        if start >= end {
+            return;
+        }
+        #[cfg(unix)]
+        // SAFETY: the map is read-only and private and was never written, so the pages the
+        // kernel drops hold exactly the file's bytes and come back unchanged on the next read;
+        // `&mut self` rules out any live borrow of the map while the advice is given.
+        unsafe {
+            let _ = map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start);
+        }
+    }
+
     /// The tensor as `f32`, borrowed from the map when it is already contiguous, aligned,
     /// little-endian `f32` (the common case for both containers), else an owned conversion as
     /// [`Self::read_f32`] makes.
