@@ -22,17 +22,31 @@ struct Opts {
     threads: usize,
     min_seconds: f64,
     write: bool,
+    /// `bench synth` only: step counts and runs per side.
+    nfes: Vec<usize>,
+    runs: usize,
 }
 
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let what = args.first().map(String::as_str);
-    let mut opts = Opts { threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1), min_seconds: 2.0, write: true };
+    let mut opts = Opts {
+        threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        min_seconds: 2.0,
+        write: true,
+        nfes: vec![16, 32],
+        runs: 3,
+    };
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--threads" => opts.threads = it.next().context("--threads needs a number")?.parse()?,
             "--min-seconds" => opts.min_seconds = it.next().context("--min-seconds needs a number")?.parse()?,
             "--no-write" => opts.write = false,
+            "--nfe" => {
+                let list = it.next().context("--nfe needs a list such as 16,32")?;
+                opts.nfes = list.split(',').map(|x| x.trim().parse::<usize>()).collect::<Result<_, _>>().context("--nfe")?;
+            }
+            "--runs" => opts.runs = it.next().context("--runs needs a number")?.parse()?,
             other => bail!("bench: unknown option {other:?}"),
         }
     }
@@ -41,7 +55,13 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         Some("dit") => dit(root, &opts),
         Some("vocos") => vocos(root, &opts),
         Some("text") => text(root, &opts),
-        _ => bail!("usage: cargo xtask bench kit|dit|vocos|text [--threads N] [--min-seconds S] [--no-write]"),
+        Some("synth") => crate::bench_synth::run(
+            root,
+            &crate::bench_synth::SynthOpts { threads: opts.threads, nfes: opts.nfes.clone(), runs: opts.runs.max(1), write: opts.write },
+        ),
+        _ => {
+            bail!("usage: cargo xtask bench kit|dit|vocos|text|synth [--threads N] [--min-seconds S] [--nfe 16,32] [--runs 3] [--no-write]")
+        }
     }
 }
 

@@ -2,10 +2,11 @@
 //!
 //! - `fixtures [--full-size]`: regenerate `fixtures/` with the reference Python implementation.
 //! - `pinyin-table`: regenerate f5-text's compressed pinyin table from pypinyin.
-//! - `bench kit [--threads N] [--min-seconds S] [--no-write]`: kit GEMM and attention vs
-//!   numpy/PyTorch, written into `docs/benchmarks.md`.
+//! - `bench kit|dit|vocos|text|synth …`: ours vs the reference in the same run, written into
+//!   `docs/benchmarks.md`.
 
 mod bench;
+mod bench_synth;
 mod machine;
 
 use std::path::{Path, PathBuf};
@@ -25,6 +26,11 @@ commands:
   bench kit [--threads N] [--min-seconds S] [--no-write]
                                 f5-gpukit GEMM + attention vs numpy and PyTorch in the same run;
                                 writes the table into docs/benchmarks.md unless --no-write
+  bench dit|vocos|text [--threads N] [--no-write]
+                                one DiT forward / a Vocos decode / the text front end vs the reference
+  bench synth [--threads N] [--nfe 16,32] [--runs 3] [--no-write]
+                                whole `f5 synth` vs the reference's infer_process, fresh processes,
+                                wall time, RTF, first sample, peak RSS (median of the runs)
 ";
 
 fn main() -> Result<()> {

@@ -1,0 +1,287 @@
+//! `cargo xtask bench synth`: one whole synthesis, process start to exit, `f5 synth` against the
+//! reference's `infer_process` on the same full-size random weights, reference recording,
+//! sentence, step count and seed. Runs alternate between the two sides so that a change in
+//! machine load hits both alike; each figure is the median of its runs.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::bench::write_section;
+use crate::machine;
+
+/// The reference recording: 6.7 s at 16 kHz with 0.5 s of silence before, 1.5 s between and
+/// 1.0 s after its two sentences; both sides trim the edges the same way, leaving about 5 s.
+const REF_WAV: &str = "fixtures/audio/silence_test.wav";
+const REF_TEXT_FILE: &str = "fixtures/audio/silence_test.txt";
+/// About 4 s of speech at the reference's speaking rate.
+const SENTENCE: &str = "The old lighthouse keeper climbed the stairs once more to watch the ships come home.";
+
+pub struct SynthOpts {
+    pub threads: usize,
+    pub nfes: Vec<usize>,
+    pub runs: usize,
+    pub write: bool,
+}
+
+/// What one process run measured.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    wall: f64,
+    first_sample: f64,
+    peak_rss_mib: f64,
+    audio_seconds: f64,
+}
+
+pub fn run(root: &Path, o: &SynthOpts) -> Result<()> {
+    let model = refmodel(root, "f5-v1-base/model_1250000.safetensors")?;
+    let vocoder = refmodel(root, "vocos-full")?;
+    let ref_text = std::fs::read_to_string(root.join(REF_TEXT_FILE)).with_context(|| REF_TEXT_FILE.to_string())?;
+    let ref_text = ref_text.trim().to_string();
+    eprintln!("building the f5 binary (release)…");
+    let status = Command::new(env!("CARGO")).current_dir(root).args(["build", "--release", "-q", "-p", "f5-cli"]).status()?;
+    if !status.success() {
+        bail!("cargo build --release -p f5-cli failed");
+    }
+    let f5 = root.join("target/release/f5");
+    let py = crate::reference_python();
+    let scratch = root.join("target/bench-synth");
+    std::fs::create_dir_all(&scratch)?;
+
+    let busy = machine::wait_idle(0.10, Duration::from_secs(120));
+    let mut rows = Vec::new();
+    let mut commands = Vec::new();
+    for &nfe in &o.nfes {
+        let ours_out = scratch.join(format!("f5_nfe{nfe}.wav"));
+        let theirs_out = scratch.join(format!("ref_nfe{nfe}.wav"));
+        let ours_args: Vec<String> = [
+            "synth",
+            "--model",
+            &model.display().to_string(),
+            "--vocoder",
+            &vocoder.display().to_string(),
+            "--ref",
+            REF_WAV,
+            "--ref-text",
+            &ref_text,
+            "--text",
+            SENTENCE,
+            "--nfe",
+            &nfe.to_string(),
+            "--seed",
+            "1",
+            "--threads",
+            &o.threads.to_string(),
+            "-q",
+            "-o",
+            &ours_out.display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let theirs_args: Vec<String> = [
+            "xtask/bench/synth_reference.py",
+            "--threads",
+            &o.threads.to_string(),
+            "--model",
+            &model.display().to_string(),
+            "--vocoder",
+            &vocoder.display().to_string(),
+            "--ref",
+            REF_WAV,
+            "--ref-text",
+            &ref_text,
+            "--text",
+            SENTENCE,
+            "--nfe",
+            &nfe.to_string(),
+            "--seed",
+            "1",
+            "--out",
+            &theirs_out.display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        commands.push(format!("target/release/f5 {}", shell_words(&ours_args)));
+        commands.push(format!("{py} {}", shell_words(&theirs_args)));
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for i in 0..o.runs {
+            eprintln!("nfe {nfe}, run {} of {}: f5…", i + 1, o.runs);
+            let mut cmd = Command::new(&f5);
+            cmd.current_dir(root).args(&ours_args).stdout(Stdio::null()).stderr(Stdio::piped());
+            let (run, _) = measure(cmd, &ours_out).context("f5 synth")?;
+            eprintln!("  f5: {:.1} s wall, first sample {:.1} s, {:.0} MiB", run.wall, run.first_sample, run.peak_rss_mib);
+            ours.push(run);
+            eprintln!("nfe {nfe}, run {} of {}: reference…", i + 1, o.runs);
+            let mut cmd = Command::new(&py);
+            cmd.current_dir(root).args(&theirs_args).stdout(Stdio::piped()).stderr(Stdio::piped());
+            let (run, json) = measure(cmd, &theirs_out).context("reference infer_process")?;
+            eprintln!("  reference: {:.1} s wall, first sample {:.1} s, {:.0} MiB", run.wall, run.first_sample, run.peak_rss_mib);
+            theirs.push((run, json));
+        }
+        rows.push((nfe, ours, theirs));
+    }
+    let busy_after = machine::busy_fraction();
+
+    let mut md = String::new();
+    writeln!(md, "Machine: {}.", machine::describe())?;
+    writeln!(
+        md,
+        "Command: `cargo xtask bench synth --threads {} --nfe {} --runs {}` (runs alternate f5 / reference; median of {}; machine {:.0}% busy before, {:.0}% after).",
+        o.threads,
+        o.nfes.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+        o.runs,
+        o.runs,
+        busy * 100.0,
+        busy_after * 100.0
+    )?;
+    let torch = rows.first().and_then(|r| r.2.first()).and_then(|(_, j)| j.get("torch")).and_then(Value::as_str).unwrap_or("?");
+    writeln!(
+        md,
+        "Weights: full-size random F5TTS_v1_Base (fp32) and Vocos. Reference recording `{REF_WAV}` (its transcript), text \"{SENTENCE}\", seed 1, cfg 2, sway −1. Each run is a fresh process: wall = start to exit, first sample = start until the output file holds audio, peak RSS from the kernel's accounting of that process. Reference: f5-tts 1.1.22 on PyTorch {torch}."
+    )?;
+    writeln!(md)?;
+    writeln!(md, "| nfe | audio | f5 wall | reference wall | speed-up | f5 RTF | reference RTF | f5 first sample | reference first sample | f5 peak RSS | reference peak RSS |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    for (nfe, ours, theirs) in &rows {
+        let theirs: Vec<Run> = theirs.iter().map(|(r, _)| *r).collect();
+        let (o_wall, t_wall) = (median(ours, |r| r.wall), median(&theirs, |r| r.wall));
+        let audio = median(ours, |r| r.audio_seconds);
+        let t_audio = median(&theirs, |r| r.audio_seconds);
+        if (audio - t_audio).abs() > 0.05 {
+            bail!("the two sides made different lengths ({audio:.2} s vs {t_audio:.2} s): not the same work, no ratio");
+        }
+        writeln!(
+            md,
+            "| {nfe} | {audio:.2} s | {o_wall:.1} s | {t_wall:.1} s | {:.2}× | {:.2} | {:.2} | {:.1} s | {:.1} s | {:.0} MiB | {:.0} MiB |",
+            t_wall / o_wall,
+            o_wall / audio,
+            t_wall / audio,
+            median(ours, |r| r.first_sample),
+            median(&theirs, |r| r.first_sample),
+            median(ours, |r| r.peak_rss_mib),
+            median(&theirs, |r| r.peak_rss_mib),
+        )?;
+    }
+    writeln!(md)?;
+    writeln!(md, "Exact commands (from the repository root):")?;
+    writeln!(md)?;
+    writeln!(md, "```")?;
+    for c in &commands {
+        writeln!(md, "{c}")?;
+    }
+    writeln!(md, "```")?;
+    println!("{md}");
+    if o.write {
+        write_section(&root.join("docs/benchmarks.md"), &format!("synth-{}t", o.threads), &md)?;
+    }
+    Ok(())
+}
+
+/// Runs `cmd` to completion, polling its output file for the first audio and taking its peak
+/// RSS from `wait4`. A failed run is an error: a benchmark must not print a ratio built on it.
+fn measure(mut cmd: Command, out: &Path) -> Result<(Run, Value)> {
+    let _ = std::fs::remove_file(out);
+    let start = Instant::now();
+    let mut child: Child = cmd.spawn().context("cannot start")?;
+    let pid = i32::try_from(child.id()).context("pid")?;
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    // Drain both pipes on threads so a chatty child never blocks on a full pipe.
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(p) = stdout.as_mut() {
+            let _ = std::io::Read::read_to_string(p, &mut s);
+        }
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(p) = stderr.as_mut() {
+            let _ = std::io::Read::read_to_string(p, &mut s);
+        }
+        s
+    });
+    let mut first_sample = None;
+    let (status, rusage) = loop {
+        if first_sample.is_none() && audio_bytes(out) > 0 {
+            first_sample = Some(start.elapsed().as_secs_f64());
+        }
+        let mut status = 0i32;
+        // SAFETY: plain syscall on our own child; `rusage` is a valid out-pointer.
+        let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut rusage) };
+        if r == pid {
+            break (status, rusage);
+        }
+        if r < 0 {
+            bail!("wait4 failed: {}", std::io::Error::last_os_error());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let wall = start.elapsed().as_secs_f64();
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        let tail: String = stderr.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+        bail!("exited with status {status}:\n{tail}");
+    }
+    let bytes = audio_bytes(out);
+    if bytes == 0 {
+        bail!("{} holds no audio", out.display());
+    }
+    let json: Value = if stdout.trim().is_empty() { Value::Null } else { serde_json::from_str(&stdout).context("reference JSON")? };
+    let run = Run {
+        wall,
+        first_sample: first_sample.unwrap_or(wall),
+        // ru_maxrss is in KiB on Linux.
+        peak_rss_mib: rusage.ru_maxrss as f64 / 1024.0,
+        audio_seconds: bytes as f64 / 2.0 / 24_000.0,
+    };
+    Ok((run, json))
+}
+
+/// Bytes of 16-bit mono audio in a wav's `data` chunk so far (0 until the header and some
+/// samples are there). A streaming writer may leave the chunk size open, so this reads the
+/// file length rather than trusting the header's count.
+fn audio_bytes(path: &Path) -> u64 {
+    let Ok(bytes) = std::fs::read(path) else { return 0 };
+    let Some(at) = bytes.windows(4).position(|w| w == b"data") else { return 0 };
+    (bytes.len() as u64).saturating_sub(at as u64 + 8)
+}
+
+fn median(runs: &[Run], f: impl Fn(&Run) -> f64) -> f64 {
+    let mut v: Vec<f64> = runs.iter().map(f).collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=,".contains(c)) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn refmodel(root: &Path, rel: &str) -> Result<PathBuf> {
+    let p = root.join("target/refmodels").join(rel);
+    if !p.exists() {
+        bail!("{} is missing: run `cargo xtask fixtures --full-size` first", p.display());
+    }
+    Ok(p)
+}
