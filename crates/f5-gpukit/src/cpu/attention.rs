@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 
+use super::scratch::with_scratch;
 use super::simd;
 use crate::spec::AttentionSpec;
 
@@ -16,12 +17,18 @@ use crate::spec::AttentionSpec;
 pub const QUERY_BLOCK: usize = 128;
 
 pub fn attention(spec: &AttentionSpec, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]) {
-    let AttentionSpec { batch_heads, n, head_dim: d, scale } = *spec;
+    let AttentionSpec { batch_heads, n, head_dim: d, .. } = *spec;
     let slab = n * d;
     if slab == 0 || batch_heads == 0 {
         return;
     }
-    let mut kt = vec![0.0f32; batch_heads * slab];
+    with_scratch(batch_heads * slab, |kt| attend(spec, q, kt, k, v, out));
+}
+
+/// `kt` is scratch for the packed keys; every value of it is written before use.
+fn attend(spec: &AttentionSpec, q: &[f32], kt: &mut [f32], k: &[f32], v: &[f32], out: &mut [f32]) {
+    let AttentionSpec { batch_heads, n, head_dim: d, scale } = *spec;
+    let slab = n * d;
     kt.par_chunks_mut(slab).zip(k[..batch_heads * slab].par_chunks(slab)).for_each(|(dst, src)| {
         for (p, row) in src.chunks(d).enumerate() {
             for (j, &val) in row.iter().enumerate() {
@@ -36,66 +43,67 @@ pub fn attention(spec: &AttentionSpec, q: &[f32], k: &[f32], v: &[f32], out: &mu
         out_head.par_chunks_mut(QUERY_BLOCK * d).enumerate().for_each(|(blk, out_blk)| {
             let rows = out_blk.len() / d;
             let q_blk = &qh[blk * QUERY_BLOCK * d..blk * QUERY_BLOCK * d + rows * d];
-            let mut scores = vec![0.0f32; rows * n];
-            // SAFETY: all three operands are dense row-major slices of exactly the sizes
-            // described by (rows, n, d) and do not alias.
-            unsafe {
-                gemm::gemm(
-                    rows,
-                    n,
-                    d,
-                    scores.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    q_blk.as_ptr(),
-                    1,
-                    d as isize,
-                    kth.as_ptr(),
-                    1,
-                    n as isize,
-                    0.0,
-                    scale,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-            let mut inv_sum = vec![0.0f32; rows];
-            for (row, inv) in scores.chunks_mut(n).zip(inv_sum.iter_mut()) {
-                let m = simd::max(row);
-                *inv = 1.0 / simd::exp_shift_sum(row, m);
-            }
-            // SAFETY: as above; out_blk is [rows, d], scores [rows, n], vh [n, d].
-            unsafe {
-                gemm::gemm(
-                    rows,
-                    d,
-                    n,
-                    out_blk.as_mut_ptr(),
-                    1,
-                    d as isize,
-                    false,
-                    scores.as_ptr(),
-                    1,
-                    n as isize,
-                    vh.as_ptr(),
-                    1,
-                    d as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-            for (orow, &inv) in out_blk.chunks_mut(d).zip(&inv_sum) {
-                for o in orow {
-                    *o *= inv;
+            with_scratch(rows * n, |scores| {
+                // SAFETY: all three operands are dense row-major slices of exactly the sizes
+                // described by (rows, n, d) and do not alias.
+                unsafe {
+                    gemm::gemm(
+                        rows,
+                        n,
+                        d,
+                        scores.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        false,
+                        q_blk.as_ptr(),
+                        1,
+                        d as isize,
+                        kth.as_ptr(),
+                        1,
+                        n as isize,
+                        0.0,
+                        scale,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    );
                 }
-            }
+                let mut inv_sum = [0.0f32; QUERY_BLOCK];
+                for (row, inv) in scores.chunks_mut(n).zip(inv_sum.iter_mut()) {
+                    let m = simd::max(row);
+                    *inv = 1.0 / simd::exp_shift_sum(row, m);
+                }
+                // SAFETY: as above; out_blk is [rows, d], scores [rows, n], vh [n, d].
+                unsafe {
+                    gemm::gemm(
+                        rows,
+                        d,
+                        n,
+                        out_blk.as_mut_ptr(),
+                        1,
+                        d as isize,
+                        false,
+                        scores.as_ptr(),
+                        1,
+                        n as isize,
+                        vh.as_ptr(),
+                        1,
+                        d as isize,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    );
+                }
+                for (orow, &inv) in out_blk.chunks_mut(d).zip(&inv_sum) {
+                    for o in orow {
+                        *o *= inv;
+                    }
+                }
+            });
         });
     });
 }

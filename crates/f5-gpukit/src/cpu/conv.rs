@@ -9,6 +9,7 @@
 use rayon::prelude::*;
 
 use super::gemm_raw;
+use super::scratch::with_scratch;
 use crate::spec::{Conv1dSpec, GemmSpec, MatLayout};
 
 pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
@@ -59,7 +60,7 @@ fn depthwise(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &
 }
 
 fn grouped(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    let Conv1dSpec { batch, n, c_in, c_out, kernel, pad, groups } = *spec;
+    let Conv1dSpec { c_in, c_out, kernel, groups, .. } = *spec;
     let n_out = spec.n_out();
     let (cin_g, cout_g) = (c_in / groups, c_out / groups);
     let kc = kernel * cin_g;
@@ -67,8 +68,17 @@ fn grouped(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mu
         return;
     }
     // Weights [c_out, cin_g, K] → per group [K·cin_g, cout_g] in (k, ci) row order, matching
-    // the im2col columns.
-    let mut wp = vec![0.0f32; groups * kc * cout_g];
+    // the im2col columns. Both buffers are fully written before they are read.
+    with_scratch(groups * kc * cout_g, |wp| {
+        with_scratch(n_out * kc, |col| grouped_into(spec, x, w, bias, y, wp, col));
+    });
+}
+
+fn grouped_into(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], wp: &mut [f32], col: &mut [f32]) {
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, pad, groups } = *spec;
+    let n_out = spec.n_out();
+    let (cin_g, cout_g) = (c_in / groups, c_out / groups);
+    let kc = kernel * cin_g;
     wp.par_chunks_mut(kc * cout_g).enumerate().for_each(|(g, wg)| {
         for co in 0..cout_g {
             let filt = &w[(g * cout_g + co) * kc..(g * cout_g + co + 1) * kc];
@@ -79,7 +89,6 @@ fn grouped(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mu
             }
         }
     });
-    let mut col = vec![0.0f32; n_out * kc];
     for b in 0..batch {
         let xb = &x[b * n * c_in..(b + 1) * n * c_in];
         let y_off = b * n_out * c_out;
@@ -108,7 +117,7 @@ fn grouped(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mu
                 c: MatLayout::row_major(c_out).at(g * cout_g),
                 beta: 1.0,
             };
-            gemm_raw(&spec, &col, &wp, yb, true);
+            gemm_raw(&spec, col, wp, yb, true);
         }
     }
 }

@@ -4,6 +4,7 @@
 
 mod attention;
 mod conv;
+mod scratch;
 pub(crate) mod simd;
 
 use std::sync::Arc;
