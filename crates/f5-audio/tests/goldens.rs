@@ -61,6 +61,10 @@ fn resampler_matches_torchaudio_resample() {
 /// is below the goldens' own noise; 5e-5 still fails for any real change (a symmetric window,
 /// zero padding or a Slaney scale each move the result by > 1e-3).
 const MEL_TOL: f64 = 5e-5;
+/// The fixture recording itself (`ref_22050.wav`, the rate espeak-ng wrote it at) meets the
+/// 1e-5 target: its resampling step adds almost nothing (measured 2.0e-6), while the other
+/// rates carry the goldens' float32 noise described above.
+const MEL_TOL_RECORDING: f64 = 1e-5;
 
 fn check_mel(ours: &[f32], golden_rel: &str, tol: f64) {
     let (shape, golden) = read_npy(golden_rel);
@@ -78,8 +82,9 @@ fn conditioning_mel_matches_f5() {
     for sr in RATES {
         let audio = decode_file(&fixture(&format!("audio/ref_{sr}.wav"))).unwrap();
         let (wave, _) = f5_audio::prepare_reference(&audio).unwrap();
-        // MEL_TOL: see its definition.
-        check_mel(&mel.log_mel(&wave).unwrap(), &format!("goldens/mel_{sr}.npy"), MEL_TOL);
+        // MEL_TOL, MEL_TOL_RECORDING: see their definitions.
+        let tol = if sr == 22050 { MEL_TOL_RECORDING } else { MEL_TOL };
+        check_mel(&mel.log_mel(&wave).unwrap(), &format!("goldens/mel_{sr}.npy"), tol);
     }
 }
 
@@ -87,8 +92,8 @@ fn conditioning_mel_matches_f5() {
 fn raw_mel_without_rms_raise_matches_f5() {
     let audio = decode_file(&fixture("audio/ref_22050.wav")).unwrap();
     let wave = f5_audio::resample(&audio.to_mono(), 22050, 24000).unwrap();
-    // MEL_TOL: see its definition.
-    check_mel(&MelSpectrogram::new().log_mel(&wave).unwrap(), "goldens/mel_raw_22050.npy", MEL_TOL);
+    // MEL_TOL_RECORDING: see its definition.
+    check_mel(&MelSpectrogram::new().log_mel(&wave).unwrap(), "goldens/mel_raw_22050.npy", MEL_TOL_RECORDING);
 }
 
 #[test]
