@@ -26,9 +26,13 @@
 //! ```
 
 mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod spec;
 
 pub use cpu::CpuBackend;
+#[cfg(feature = "cuda")]
+pub use cuda::{CudaBackend, CudaBuf, CudaOptions, WeightPrecision};
 pub use spec::{Activation, AttentionSpec, Conv1dSpec, GemmSpec, MatLayout, RopeSpec, StridedRows};
 
 use std::fmt;
@@ -104,6 +108,12 @@ pub trait Backend: Send + Sync {
     /// A zero-filled buffer of `len` values.
     fn alloc(&self, len: usize) -> Result<Self::Buf>;
     fn upload(&self, data: &[f32]) -> Result<Self::Buf>;
+    /// Uploads model weights, which live as long as the model and are only read. A backend may
+    /// keep an extra lower-precision copy for faster GEMMs (the CUDA backend's bf16 option);
+    /// everything else reads them like any buffer. Defaults to [`Backend::upload`].
+    fn upload_weight(&self, data: &[f32]) -> Result<Self::Buf> {
+        self.upload(data)
+    }
     fn download(&self, buf: &Self::Buf) -> Result<Vec<f32>>;
     fn len(&self, buf: &Self::Buf) -> usize;
     /// Host → device into `buf[offset..offset + data.len()]`.

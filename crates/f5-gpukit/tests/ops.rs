@@ -613,3 +613,22 @@ macro_rules! backend_suite {
 
 backend_suite!(cpu, Some(f5_gpukit::CpuBackend::new()));
 backend_suite!(cpu_one_thread, f5_gpukit::CpuBackend::with_threads(1).ok());
+
+/// The CUDA backend on device 0. Without a usable device every CUDA case prints SKIP and
+/// passes, unless `KIT_REQUIRE_GPU=1` (the GPU check), where that is a failure.
+#[cfg(feature = "cuda")]
+fn cuda_kit() -> Option<f5_gpukit::CudaBackend> {
+    match f5_gpukit::CudaBackend::new(0) {
+        Ok(kit) => Some(kit),
+        Err(e) if std::env::var("KIT_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("KIT_REQUIRE_GPU=1 but the CUDA backend is unavailable: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIP cuda: {e}");
+            None
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+backend_suite!(cuda, cuda_kit());

@@ -1,0 +1,832 @@
+//! The CUDA backend: every op of [`Backend`] on one NVIDIA GPU.
+//!
+//! - Buffers are plain device allocations ([`CudaBuf`]); all work is queued on one stream, so
+//!   ops are ordered without events and a `download`/`read` is the only synchronisation.
+//! - GEMMs go through cuBLAS (strided-batched, column-major `Cᵀ = Bᵀ·Aᵀ`, see `gemm.rs`), with a
+//!   32 MiB workspace so they can also be captured in a CUDA graph. Every other op is a
+//!   hand-written kernel in `kernels/*.cu` whose twin is the CPU op of the same name.
+//! - Weights uploaded with [`Backend::upload_weight`] can also be kept as bf16
+//!   ([`WeightPrecision::Bf16`]); a GEMM with such an operand then runs on the tensor cores
+//!   (bf16 inputs, f32 accumulation and output), converting the other operand on the fly.
+//! - libcuda, cuBLAS and NVRTC are opened at run time: a binary built with the `cuda` feature runs
+//!   anywhere, and [`CudaBackend::new`] reports a missing driver or device as an error.
+
+mod gemm;
+mod modules;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::cublas::result as blas;
+use cudarc::cublas::sys as blas_sys;
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+
+pub use modules::KernelSource;
+
+use crate::spec::{AttentionSpec, Conv1dSpec, GemmSpec, RopeSpec};
+use crate::{shape_err, Activation, Backend, Device, KitError, Result};
+
+/// How [`Backend::upload_weight`] stores weights, and so which GEMMs use the tensor cores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightPrecision {
+    /// f32 only: every GEMM is an f32 `cublasSgemm` (the CPU twin's numbers up to summation order).
+    #[default]
+    F32,
+    /// Also a bf16 copy: GEMMs with such a weight take bf16 inputs and accumulate in f32
+    /// (`cublasGemmEx`, ~2–3 significant digits per product, many times the throughput).
+    Bf16,
+}
+
+/// Options of [`CudaBackend::with_options`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CudaOptions {
+    pub weights: WeightPrecision,
+}
+
+/// A device buffer of `f32` (and, for weights in bf16 mode, its bf16 copy).
+pub struct CudaBuf {
+    data: CudaSlice<f32>,
+    /// Logical length: a zero-length buffer still holds one device value, since CUDA refuses
+    /// empty allocations.
+    len: usize,
+    bf16: Option<CudaSlice<u16>>,
+}
+
+impl CudaBuf {
+    /// Whether a bf16 copy exists (weights uploaded in [`WeightPrecision::Bf16`] mode).
+    pub fn has_bf16(&self) -> bool {
+        self.bf16.is_some()
+    }
+}
+
+/// cuBLAS workspace: what cuBLAS asks for on Hopper, and what graph capture needs to exist up
+/// front (cuBLAS may not allocate during capture).
+const BLAS_WORKSPACE_BYTES: usize = 32 << 20;
+/// Threads per block of the elementwise and row kernels.
+const THREADS: u32 = 256;
+/// Grid-stride kernels need no more blocks than this to fill any current GPU.
+const MAX_BLOCKS: usize = 1 << 16;
+
+/// A kernel argument; the launch takes pointers to these, so they live in a slice that outlives it.
+enum Arg {
+    U64(u64),
+    F32(f32),
+    I32(i32),
+}
+
+fn dev_err(what: impl std::fmt::Display) -> impl FnOnce(cudarc::driver::DriverError) -> KitError {
+    move |e| KitError::Device(format!("{what}: {e}"))
+}
+
+fn blas_err(what: &'static str) -> impl FnOnce(blas::CublasError) -> KitError {
+    move |e| KitError::Device(format!("cuBLAS {what}: {e:?}"))
+}
+
+fn need(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
+    if have < want {
+        return Err(shape_err(op, format!("{name} has {have} values, need {want}")));
+    }
+    Ok(())
+}
+
+fn checked_mul(op: &'static str, a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b).ok_or_else(|| shape_err(op, format!("{a}×{b} overflows")))
+}
+
+fn grid_1d(total: usize) -> LaunchConfig {
+    let blocks = total.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32;
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+}
+
+fn grid_dim(op: &'static str, what: &str, v: usize, max: usize) -> Result<u32> {
+    if v > max {
+        return Err(shape_err(op, format!("{what} = {v} exceeds the CUDA grid limit {max}")));
+    }
+    Ok(v as u32)
+}
+
+/// The CUDA backend on one device. `Send + Sync`; ops from several threads are queued on the
+/// same stream in call order.
+pub struct CudaBackend {
+    // Field order is drop order: functions and cuBLAS go before the memory and the stream they use.
+    kernels: HashMap<&'static str, CudaFunction>,
+    kernel_source: KernelSource,
+    blas: CudaBlas,
+    _workspace: CudaSlice<u8>,
+    /// bf16 staging of the operand that has no bf16 copy. Reused by every bf16 GEMM: stream
+    /// order makes that safe, and growing it frees the old one stream-ordered too.
+    bf16_scratch: Mutex<Option<CudaSlice<u16>>>,
+    options: CudaOptions,
+    ordinal: usize,
+    stream: Arc<CudaStream>,
+    ctx: Arc<CudaContext>,
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal` with default options (f32 weights).
+    pub fn new(ordinal: usize) -> Result<Self> {
+        Self::with_options(ordinal, CudaOptions::default())
+    }
+
+    /// Opens device `ordinal`. Fails with [`KitError::Device`] — never panics — when the driver
+    /// library, cuBLAS or the device is missing, or a kernel module cannot be loaded.
+    pub fn with_options(ordinal: usize, options: CudaOptions) -> Result<Self> {
+        // cudarc panics on the first call into a library it cannot dlopen; probe first.
+        // SAFETY: these only try to open the shared libraries.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(KitError::Device("no CUDA driver: libcuda.so could not be loaded".into()));
+        }
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(KitError::Device("cuBLAS not found: libcublas.so.13 could not be loaded (set LD_LIBRARY_PATH)".into()));
+        }
+        // A driver too old for a symbol cudarc needs also panics (missing symbol): contain it.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::open(ordinal, options))) {
+            Ok(r) => r,
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("unknown panic");
+                Err(KitError::Device(format!("CUDA initialisation failed: {msg}")))
+            }
+        }
+    }
+
+    fn open(ordinal: usize, options: CudaOptions) -> Result<Self> {
+        let count = CudaContext::device_count().map_err(dev_err("cannot initialise the CUDA driver"))?;
+        if count <= 0 {
+            return Err(KitError::Device("the CUDA driver reports no device".into()));
+        }
+        if ordinal >= count as usize {
+            return Err(KitError::Device(format!("no CUDA device {ordinal}: the driver reports {count}")));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(dev_err(format!("cannot open CUDA device {ordinal}")))?;
+        // One stream orders everything: per-buffer events would only add work to every launch.
+        // SAFETY: called before any allocation, as cudarc requires.
+        unsafe { ctx.disable_event_tracking() };
+        // A created stream (not the legacy default one) so that the work can be graph-captured.
+        let stream = ctx.new_stream().map_err(dev_err("cannot create a CUDA stream"))?;
+        let (kernels, kernel_source) = modules::load_all(&ctx)?;
+        let blas = CudaBlas::new(stream.clone()).map_err(blas_err("handle creation"))?;
+        // SAFETY: allocation of raw bytes that only cuBLAS uses.
+        let workspace = unsafe { stream.alloc::<u8>(BLAS_WORKSPACE_BYTES) }.map_err(dev_err("cannot allocate the cuBLAS workspace"))?;
+        let (ws_ptr, _) = workspace.device_ptr(&stream);
+        // SAFETY: the workspace outlives the handle (field order) and is used by no one else.
+        unsafe { blas_sys::cublasSetWorkspace_v2(*blas.handle(), ws_ptr as *mut std::ffi::c_void, BLAS_WORKSPACE_BYTES) }
+            .result()
+            .map_err(blas_err("set workspace"))?;
+        Ok(CudaBackend {
+            kernels,
+            kernel_source,
+            blas,
+            _workspace: workspace,
+            bf16_scratch: Mutex::new(None),
+            options,
+            ordinal,
+            stream,
+            ctx,
+        })
+    }
+
+    pub fn options(&self) -> CudaOptions {
+        self.options
+    }
+
+    /// Where the kernels came from (build-time PTX, NVRTC, `KIT_PTX_DIR`).
+    pub fn kernel_source(&self) -> KernelSource {
+        self.kernel_source
+    }
+
+    /// The device's name as the driver reports it.
+    pub fn name(&self) -> Result<String> {
+        self.ctx.name().map_err(dev_err("device name"))
+    }
+
+    /// `(free, total)` device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize)> {
+        self.ctx.mem_get_info().map_err(dev_err("memory info"))
+    }
+
+    /// Waits for every queued op; surfaces any asynchronous kernel error.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(dev_err("stream synchronize"))
+    }
+
+    /// Milliseconds of device time the ops queued by `work` take (CUDA events around it).
+    pub fn time_ms(&self, work: impl FnOnce() -> Result<()>) -> Result<f32> {
+        use cudarc::driver::sys::CUevent_flags;
+        let start = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(dev_err("event"))?;
+        let end = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(dev_err("event"))?;
+        start.record(&self.stream).map_err(dev_err("event record"))?;
+        work()?;
+        end.record(&self.stream).map_err(dev_err("event record"))?;
+        end.synchronize().map_err(dev_err("event synchronize"))?;
+        start.elapsed_ms(&end).map_err(dev_err("event elapsed"))
+    }
+
+    /// Records the ops queued by `work` into a CUDA graph instead of running them. `work` must
+    /// not allocate, upload or download (run it once eagerly first so scratch buffers exist).
+    pub fn capture(&self, work: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        self.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(dev_err("begin graph capture"))?;
+        let queued = work();
+        // End the capture whatever happened, so the stream is usable again.
+        let graph = self.stream.end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+        queued?;
+        let graph = graph.map_err(dev_err("end graph capture"))?;
+        graph.map(|g| CudaGraph { graph: g }).ok_or_else(|| KitError::Device("graph capture recorded nothing".into()))
+    }
+
+    fn kernel(&self, name: &'static str) -> Result<&CudaFunction> {
+        self.kernels.get(name).ok_or_else(|| KitError::Device(format!("kernel {name} is not loaded")))
+    }
+
+    fn launch(&self, name: &'static str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
+        let f = self.kernel(name)?;
+        let mut builder = self.stream.launch_builder(f);
+        for a in args {
+            match a {
+                Arg::U64(v) => builder.arg(v),
+                Arg::F32(v) => builder.arg(v),
+                Arg::I32(v) => builder.arg(v),
+            };
+        }
+        // SAFETY: every launch site passes the argument list of the kernel's C signature, and
+        // the op validated that each pointer + extent lies inside its buffer.
+        unsafe { builder.launch(cfg) }.map(|_| ()).map_err(dev_err(format!("launching {name}")))
+    }
+
+    /// Device address of `buf[offset]` as a kernel argument.
+    fn at(&self, buf: &CudaBuf, offset: usize) -> Arg {
+        Arg::U64(self.addr(&buf.data, offset, 4))
+    }
+
+    fn addr<T>(&self, s: &CudaSlice<T>, offset: usize, elem: u64) -> u64 {
+        let (p, _no_event) = s.device_ptr(&self.stream);
+        p + offset as u64 * elem
+    }
+
+    fn u(v: usize) -> Arg {
+        Arg::U64(v as u64)
+    }
+
+    fn elementwise(&self, name: &'static str, total: usize, args: &[Arg]) -> Result<()> {
+        if total == 0 {
+            return Ok(());
+        }
+        self.launch(name, grid_1d(total), args)
+    }
+
+    /// Converts `src[offset..offset + len]` to bf16 in `dst[..len]`.
+    fn to_bf16(&self, src: &CudaSlice<f32>, offset: usize, dst: &CudaSlice<u16>, len: usize) -> Result<()> {
+        let args = [Arg::U64(self.addr(src, offset, 4)), Arg::U64(self.addr(dst, 0, 2)), Self::u(len)];
+        self.elementwise("f32_to_bf16", len, &args)
+    }
+
+    fn device_alloc<T: cudarc::driver::DeviceRepr>(&self, len: usize, what: &str) -> Result<CudaSlice<T>> {
+        // SAFETY: every caller writes the buffer before any kernel reads it.
+        unsafe { self.stream.alloc::<T>(len.max(1)) }.map_err(dev_err(format!("cannot allocate {len} values for {what}")))
+    }
+
+    fn gemm_f32(&self, call: &gemm::BlasCall, a: &CudaBuf, b: &CudaBuf, c: &mut CudaBuf, beta: f32) -> Result<()> {
+        // cuBLAS's A is our B, its B our A (Cᵀ = Bᵀ·Aᵀ).
+        let alpha = 1.0f32;
+        let pa = self.addr(&b.data, call.a.offset, 4) as *const f32;
+        let pb = self.addr(&a.data, call.b.offset, 4) as *const f32;
+        let pc = self.addr(&c.data, call.c.offset, 4) as *mut f32;
+        self.ctx.bind_to_thread().map_err(dev_err("bind context"))?;
+        // SAFETY: GemmSpec::validate bounded every element the call touches inside its buffer.
+        unsafe {
+            blas::sgemm_strided_batched(
+                *self.blas.handle(),
+                op(call.a.op),
+                op(call.b.op),
+                call.m,
+                call.n,
+                call.k,
+                &alpha,
+                pa,
+                call.a.ld,
+                call.a.batch_stride,
+                pb,
+                call.b.ld,
+                call.b.batch_stride,
+                &beta,
+                pc,
+                call.c.ld,
+                call.c.batch_stride,
+                call.batch,
+            )
+        }
+        .map_err(blas_err("sgemm_strided_batched"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_bf16(&self, spec: &GemmSpec, call: &gemm::BlasCall, a: &CudaBuf, b: &CudaBuf, c: &mut CudaBuf, beta: f32) -> Result<()> {
+        // Operand pointers in bf16: the stored copy, or the f32 span converted into scratch.
+        let mut scratch = self.bf16_scratch.lock().map_err(|_| KitError::Device("bf16 scratch lock poisoned".into()))?;
+        let mut pointer = |buf: &CudaBuf, layout: &crate::MatLayout, rows: usize, cols: usize, offset: usize| -> Result<u64> {
+            if let Some(copy) = &buf.bf16 {
+                return Ok(self.addr(copy, offset, 2));
+            }
+            let end = layout.extent(rows, cols, spec.batch).unwrap_or(layout.offset);
+            let span = end.saturating_sub(layout.offset);
+            if scratch.as_ref().is_none_or(|s| s.len() < span) {
+                *scratch = Some(self.device_alloc::<u16>(span, "the bf16 GEMM operand")?);
+            }
+            let Some(s) = scratch.as_ref() else {
+                return Err(KitError::Device("bf16 scratch missing".into()));
+            };
+            self.to_bf16(&buf.data, layout.offset, s, span)?;
+            Ok(self.addr(s, offset - layout.offset, 2))
+        };
+        // Only one operand can lack a copy (the caller checked one has it), so scratch is free.
+        let pa = pointer(b, &spec.b, spec.k, spec.n, call.a.offset)?;
+        let pb = pointer(a, &spec.a, spec.m, spec.k, call.b.offset)?;
+        let pc = self.addr(&c.data, call.c.offset, 4);
+        let alpha = 1.0f32;
+        self.ctx.bind_to_thread().map_err(dev_err("bind context"))?;
+        use blas_sys::{cublasComputeType_t, cublasGemmAlgo_t, cudaDataType};
+        // SAFETY: as in gemm_f32; bf16 operands mirror the validated f32 spans element for element.
+        unsafe {
+            blas::gemm_strided_batched_ex(
+                *self.blas.handle(),
+                op(call.a.op),
+                op(call.b.op),
+                call.m,
+                call.n,
+                call.k,
+                (&alpha as *const f32).cast(),
+                pa as *const std::ffi::c_void,
+                cudaDataType::CUDA_R_16BF,
+                call.a.ld,
+                call.a.batch_stride,
+                pb as *const std::ffi::c_void,
+                cudaDataType::CUDA_R_16BF,
+                call.b.ld,
+                call.b.batch_stride,
+                (&beta as *const f32).cast(),
+                pc as *mut std::ffi::c_void,
+                cudaDataType::CUDA_R_32F,
+                call.c.ld,
+                call.c.batch_stride,
+                call.batch,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(blas_err("gemm_strided_batched_ex (bf16)"))
+    }
+
+    fn norm_rows(&self, name: &'static str, rows: usize, args: &[Arg]) -> Result<()> {
+        let blocks = rows.clamp(1, MAX_BLOCKS) as u32;
+        self.launch(name, LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }, args)
+    }
+}
+
+fn op(o: gemm::Op) -> blas_sys::cublasOperation_t {
+    match o {
+        gemm::Op::N => blas_sys::cublasOperation_t::CUBLAS_OP_N,
+        gemm::Op::T => blas_sys::cublasOperation_t::CUBLAS_OP_T,
+    }
+}
+
+/// A captured sequence of ops; [`CudaGraph::replay`] queues it again with one launch.
+pub struct CudaGraph {
+    graph: cudarc::driver::CudaGraph,
+}
+
+impl CudaGraph {
+    pub fn replay(&self) -> Result<()> {
+        self.graph.launch().map_err(dev_err("graph launch"))
+    }
+}
+
+impl Backend for CudaBackend {
+    type Buf = CudaBuf;
+
+    fn device(&self) -> Device {
+        Device::Cuda(self.ordinal)
+    }
+
+    fn alloc(&self, len: usize) -> Result<CudaBuf> {
+        let data = self.stream.alloc_zeros::<f32>(len.max(1)).map_err(|_| KitError::OutOfMemory(len))?;
+        Ok(CudaBuf { data, len, bf16: None })
+    }
+
+    fn upload(&self, data: &[f32]) -> Result<CudaBuf> {
+        let mut buf = CudaBuf {
+            data: self.device_alloc::<f32>(data.len(), "an upload").map_err(|_| KitError::OutOfMemory(data.len()))?,
+            len: data.len(),
+            bf16: None,
+        };
+        if !data.is_empty() {
+            self.stream.memcpy_htod(data, &mut buf.data).map_err(dev_err("upload"))?;
+        }
+        Ok(buf)
+    }
+
+    fn upload_weight(&self, data: &[f32]) -> Result<CudaBuf> {
+        let mut buf = self.upload(data)?;
+        if self.options.weights == WeightPrecision::Bf16 {
+            let copy = self.device_alloc::<u16>(data.len(), "a bf16 weight")?;
+            self.to_bf16(&buf.data, 0, &copy, data.len())?;
+            buf.bf16 = Some(copy);
+        }
+        Ok(buf)
+    }
+
+    fn download(&self, buf: &CudaBuf) -> Result<Vec<f32>> {
+        let mut out = Vec::new();
+        out.try_reserve_exact(buf.len).map_err(|_| KitError::OutOfMemory(buf.len))?;
+        out.resize(buf.len, 0.0);
+        self.read(buf, 0, &mut out)?;
+        Ok(out)
+    }
+
+    fn len(&self, buf: &CudaBuf) -> usize {
+        buf.len
+    }
+
+    fn write(&self, buf: &mut CudaBuf, offset: usize, data: &[f32]) -> Result<()> {
+        let end = offset.checked_add(data.len()).filter(|&e| e <= buf.len);
+        let end = end.ok_or_else(|| shape_err("write", format!("{}+{} past buffer of {}", offset, data.len(), buf.len)))?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut dst = buf.data.slice_mut(offset..end);
+        self.stream.memcpy_htod(data, &mut dst).map_err(dev_err("write"))?;
+        // A later bf16 GEMM must not see a stale copy.
+        if let Some(copy) = &buf.bf16 {
+            let args = [Arg::U64(self.addr(&buf.data, offset, 4)), Arg::U64(self.addr(copy, offset, 2)), Self::u(data.len())];
+            self.elementwise("f32_to_bf16", data.len(), &args)?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, buf: &CudaBuf, offset: usize, out: &mut [f32]) -> Result<()> {
+        let end = offset.checked_add(out.len()).filter(|&e| e <= buf.len);
+        let end = end.ok_or_else(|| shape_err("read", format!("{}+{} past buffer of {}", offset, out.len(), buf.len)))?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let src = buf.data.slice(offset..end);
+        self.stream.memcpy_dtoh(&src, out).map_err(dev_err("read"))?;
+        self.synchronize()
+    }
+
+    fn copy(&self, src: &CudaBuf, src_off: usize, dst: &mut CudaBuf, dst_off: usize, len: usize) -> Result<()> {
+        let s_end = src_off.checked_add(len).filter(|&e| e <= src.len);
+        let d_end = dst_off.checked_add(len).filter(|&e| e <= dst.len);
+        let (Some(se), Some(de)) = (s_end, d_end) else {
+            return Err(shape_err("copy", format!("{len} values from {src_off} (of {}) to {dst_off} (of {})", src.len, dst.len)));
+        };
+        if len == 0 {
+            return Ok(());
+        }
+        let from = src.data.slice(src_off..se);
+        let mut to = dst.data.slice_mut(dst_off..de);
+        self.stream.memcpy_dtod(&from, &mut to).map_err(dev_err("copy"))?;
+        if let Some(copy) = &dst.bf16 {
+            let args = [Arg::U64(self.addr(&dst.data, dst_off, 4)), Arg::U64(self.addr(copy, dst_off, 2)), Self::u(len)];
+            self.elementwise("f32_to_bf16", len, &args)?;
+        }
+        Ok(())
+    }
+
+    fn fill(&self, buf: &mut CudaBuf, offset: usize, len: usize, value: f32) -> Result<()> {
+        let end = offset.checked_add(len).filter(|&e| e <= buf.len);
+        end.ok_or_else(|| shape_err("fill", format!("{offset}+{len} past buffer of {}", buf.len)))?;
+        self.elementwise("fill_f32", len, &[self.at(buf, offset), Self::u(len), Arg::F32(value)])?;
+        if let Some(copy) = &buf.bf16 {
+            let args = [Arg::U64(self.addr(&buf.data, offset, 4)), Arg::U64(self.addr(copy, offset, 2)), Self::u(len)];
+            self.elementwise("f32_to_bf16", len, &args)?;
+        }
+        Ok(())
+    }
+
+    fn gemm(&self, spec: &GemmSpec, a: &CudaBuf, b: &CudaBuf, bias: Option<&CudaBuf>, c: &mut CudaBuf) -> Result<()> {
+        spec.validate(a.len, b.len, c.len, bias.map(|b| b.len))?;
+        if spec.batch == 0 || spec.m == 0 || spec.n == 0 {
+            return Ok(());
+        }
+        let call = gemm::blas_call(spec)?;
+        if a.bf16.is_some() || b.bf16.is_some() {
+            self.gemm_bf16(spec, &call, a, b, c, spec.beta)?;
+        } else {
+            self.gemm_f32(&call, a, b, c, spec.beta)?;
+        }
+        if let Some(bias) = bias {
+            let total = checked_mul("gemm", checked_mul("gemm", spec.batch, spec.m)?, spec.n)?;
+            let args = [
+                self.at(c, spec.c.offset),
+                self.at(bias, 0),
+                Self::u(spec.batch),
+                Self::u(spec.m),
+                Self::u(spec.n),
+                Self::u(spec.c.row_stride),
+                Self::u(spec.c.batch_stride),
+            ];
+            self.elementwise("add_bias_rows", total, &args)?;
+        }
+        Ok(())
+    }
+
+    fn attention(&self, spec: &AttentionSpec, q: &CudaBuf, k: &CudaBuf, v: &CudaBuf, out: &mut CudaBuf) -> Result<()> {
+        spec.validate(q.len, k.len, v.len, out.len)?;
+        let AttentionSpec { batch_heads, n, head_dim: d, scale } = *spec;
+        if batch_heads == 0 || n == 0 || d == 0 {
+            return Ok(());
+        }
+        const ROWS_PER_BLOCK: usize = 128;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                grid_dim("attention", "query blocks", n.div_ceil(ROWS_PER_BLOCK), i32::MAX as usize)?,
+                grid_dim("attention", "batch·heads", batch_heads, 65_535)?,
+                1,
+            ),
+            block_dim: (ROWS_PER_BLOCK as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (pq, pk, pv, po) = (self.at(q, 0), self.at(k, 0), self.at(v, 0), self.at(out, 0));
+        match d {
+            64 => self.launch("attention_d64", cfg, &[pq, pk, pv, po, Self::u(n), Arg::F32(scale)]),
+            1..=32 => self.launch("attention_le32", cfg, &[pq, pk, pv, po, Self::u(n), Self::u(d), Arg::F32(scale)]),
+            33..=64 => self.launch("attention_le64", cfg, &[pq, pk, pv, po, Self::u(n), Self::u(d), Arg::F32(scale)]),
+            _ => Err(shape_err("attention", format!("head_dim {d} > 64 is not supported by the CUDA kernel"))),
+        }
+    }
+
+    fn layer_norm(
+        &self,
+        x: &CudaBuf,
+        rows: usize,
+        d: usize,
+        eps: f32,
+        affine: Option<(&CudaBuf, &CudaBuf)>,
+        out: &mut CudaBuf,
+    ) -> Result<()> {
+        let op = "layer_norm";
+        let total = checked_mul(op, rows, d)?;
+        need(op, "x", x.len, total)?;
+        need(op, "out", out.len, total)?;
+        if let Some((w, b)) = affine {
+            need(op, "weight", w.len, d)?;
+            need(op, "bias", b.len, d)?;
+        }
+        if total == 0 {
+            return Ok(());
+        }
+        let base = [self.at(x, 0), self.at(out, 0), Self::u(rows), Self::u(d), Arg::F32(eps)];
+        match affine {
+            Some((w, b)) => {
+                let [a0, a1, a2, a3, a4] = base;
+                self.norm_rows("layer_norm_affine", rows, &[a0, a1, a2, a3, a4, self.at(w, 0), self.at(b, 0)])
+            }
+            None => self.norm_rows("layer_norm_plain", rows, &base),
+        }
+    }
+
+    fn adaln_modulate(
+        &self,
+        x: &CudaBuf,
+        rows: usize,
+        d: usize,
+        eps: f32,
+        modulation: &CudaBuf,
+        shift_off: usize,
+        scale_off: usize,
+        out: &mut CudaBuf,
+    ) -> Result<()> {
+        let op = "adaln_modulate";
+        let total = checked_mul(op, rows, d)?;
+        need(op, "x", x.len, total)?;
+        need(op, "out", out.len, total)?;
+        need(op, "modulation (shift)", modulation.len, shift_off.saturating_add(d))?;
+        need(op, "modulation (scale)", modulation.len, scale_off.saturating_add(d))?;
+        if total == 0 {
+            return Ok(());
+        }
+        let args = [
+            self.at(x, 0),
+            self.at(out, 0),
+            Self::u(rows),
+            Self::u(d),
+            Arg::F32(eps),
+            self.at(modulation, shift_off),
+            self.at(modulation, scale_off),
+        ];
+        self.norm_rows("adaln_modulate", rows, &args)
+    }
+
+    fn gated_add(&self, x: &mut CudaBuf, y: &CudaBuf, rows: usize, d: usize, gates: &CudaBuf, gate_off: usize) -> Result<()> {
+        let op = "gated_add";
+        let total = checked_mul(op, rows, d)?;
+        need(op, "x", x.len, total)?;
+        need(op, "y", y.len, total)?;
+        need(op, "gates", gates.len, gate_off.saturating_add(d))?;
+        self.elementwise("gated_add", total, &[self.at(x, 0), self.at(y, 0), self.at(gates, gate_off), Self::u(total), Self::u(d)])
+    }
+
+    fn grn(&self, x: &mut CudaBuf, batch: usize, n: usize, d: usize, gamma: &CudaBuf, beta: &CudaBuf, eps: f32) -> Result<()> {
+        let op = "grn";
+        let total = checked_mul(op, checked_mul(op, batch, n)?, d)?;
+        need(op, "x", x.len, total)?;
+        need(op, "gamma", gamma.len, d)?;
+        need(op, "beta", beta.len, d)?;
+        if total == 0 {
+            return Ok(());
+        }
+        let g = self.device_alloc::<f32>(checked_mul(op, batch, d)?, "GRN norms")?;
+        let pg = Arg::U64(self.addr(&g, 0, 4));
+        let cfg = LaunchConfig {
+            grid_dim: (grid_dim(op, "channel blocks", d.div_ceil(32), i32::MAX as usize)?, grid_dim(op, "batch", batch, 65_535)?, 1),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        self.launch("grn_col_norm", cfg, &[self.at(x, 0), Arg::U64(self.addr(&g, 0, 4)), Self::u(n), Self::u(d)])?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid_dim(op, "batch", batch, i32::MAX as usize)?, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        self.launch("grn_factor", cfg, &[Arg::U64(self.addr(&g, 0, 4)), Self::u(d), Arg::F32(eps)])?;
+        let args = [self.at(x, 0), pg, self.at(gamma, 0), self.at(beta, 0), Self::u(batch), Self::u(n), Self::u(d)];
+        self.elementwise("grn_apply", total, &args)
+        // `g` is freed stream-ordered, after grn_apply has read it.
+    }
+
+    fn split_heads_rope(&self, spec: &RopeSpec, src: &CudaBuf, cos: &CudaBuf, sin: &CudaBuf, dst: &mut CudaBuf) -> Result<()> {
+        spec.validate(src.len, cos.len, sin.len, dst.len)?;
+        let RopeSpec { batch, n, heads, head_dim: hd, rope_heads, src: rows } = *spec;
+        let pairs = batch * n * heads * (hd / 2);
+        let args = [
+            self.at(src, 0),
+            self.at(cos, 0),
+            self.at(sin, 0),
+            self.at(dst, 0),
+            Self::u(batch),
+            Self::u(n),
+            Self::u(heads),
+            Self::u(hd),
+            Self::u(rope_heads),
+            Self::u(rows.offset),
+            Self::u(rows.row_stride),
+        ];
+        self.elementwise("split_heads_rope", pairs, &args)
+    }
+
+    fn merge_heads(&self, src: &CudaBuf, batch: usize, n: usize, heads: usize, hd: usize, dst: &mut CudaBuf) -> Result<()> {
+        let op = "merge_heads";
+        let total = checked_mul(op, checked_mul(op, checked_mul(op, batch, n)?, heads)?, hd)?;
+        need(op, "src", src.len, total)?;
+        need(op, "dst", dst.len, total)?;
+        let args = [self.at(src, 0), self.at(dst, 0), Self::u(batch), Self::u(n), Self::u(heads), Self::u(hd)];
+        self.elementwise("merge_heads", total, &args)
+    }
+
+    fn conv1d(&self, spec: &Conv1dSpec, x: &CudaBuf, weight: &CudaBuf, bias: Option<&CudaBuf>, y: &mut CudaBuf) -> Result<()> {
+        spec.validate(x.len, weight.len, bias.map(|b| b.len), y.len)?;
+        let Conv1dSpec { batch, n, c_in, c_out, kernel, pad, groups } = *spec;
+        let n_out = spec.n_out();
+        if batch == 0 || n_out == 0 || c_out == 0 {
+            return Ok(());
+        }
+        let (pb, has_bias) = match bias {
+            Some(b) => (self.at(b, 0), Arg::I32(1)),
+            None => (Arg::U64(0), Arg::I32(0)),
+        };
+        let (px, pw, py) = (self.at(x, 0), self.at(weight, 0), self.at(y, 0));
+        let total = batch * n_out * c_out;
+        if groups == c_in && c_out == c_in {
+            let args = [px, pw, pb, py, Self::u(batch), Self::u(n), Self::u(c_in), Self::u(kernel), Self::u(pad), Self::u(n_out), has_bias];
+            return self.elementwise("conv1d_depthwise", total, &args);
+        }
+        // The tiled kernel stages kernel + 31 input rows per block (see kernels/conv.cu).
+        const TILE: usize = 32;
+        const MAX_KERNEL: usize = 64;
+        let cout_g = c_out / groups;
+        let tiles_per_group = cout_g.div_ceil(TILE);
+        let grid_y = groups.saturating_mul(tiles_per_group);
+        if kernel <= MAX_KERNEL && grid_y <= 65_535 && batch <= 65_535 && n_out.div_ceil(TILE) <= i32::MAX as usize {
+            let cfg = LaunchConfig {
+                grid_dim: (n_out.div_ceil(TILE) as u32, grid_y as u32, batch as u32),
+                block_dim: (32, 8, 1),
+                shared_mem_bytes: 0,
+            };
+            let args = [
+                px,
+                pw,
+                pb,
+                py,
+                Self::u(n),
+                Self::u(c_in),
+                Self::u(c_out),
+                Self::u(kernel),
+                Self::u(pad),
+                Self::u(groups),
+                Self::u(n_out),
+                Self::u(tiles_per_group),
+                has_bias,
+            ];
+            return self.launch("conv1d_grouped", cfg, &args);
+        }
+        let args = [
+            px,
+            pw,
+            pb,
+            py,
+            Self::u(batch),
+            Self::u(n),
+            Self::u(c_in),
+            Self::u(c_out),
+            Self::u(kernel),
+            Self::u(pad),
+            Self::u(groups),
+            Self::u(n_out),
+            has_bias,
+        ];
+        self.elementwise("conv1d_direct", total, &args)
+    }
+
+    fn activation(&self, act: Activation, x: &mut CudaBuf, len: usize) -> Result<()> {
+        need("activation", "x", x.len, len)?;
+        let name = match act {
+            Activation::GeluErf => "gelu_erf",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Silu => "silu",
+            Activation::Mish => "mish",
+        };
+        self.elementwise(name, len, &[self.at(x, 0), Self::u(len)])
+    }
+
+    fn cfg_combine(&self, pred: &CudaBuf, half: usize, strength: f32, out: &mut CudaBuf) -> Result<()> {
+        let op = "cfg_combine";
+        need(op, "pred", pred.len, checked_mul(op, half, 2)?)?;
+        need(op, "out", out.len, half)?;
+        self.elementwise("cfg_combine", half, &[self.at(pred, 0), self.at(out, 0), Self::u(half), Arg::F32(strength)])
+    }
+
+    fn axpy(&self, a: f32, x: &CudaBuf, y: &mut CudaBuf, len: usize) -> Result<()> {
+        need("axpy", "x", x.len, len)?;
+        need("axpy", "y", y.len, len)?;
+        self.elementwise("axpy", len, &[Arg::F32(a), self.at(x, 0), self.at(y, 0), Self::u(len)])
+    }
+
+    fn mask_rows(&self, x: &mut CudaBuf, rows: usize, d: usize, keep: &CudaBuf) -> Result<()> {
+        let op = "mask_rows";
+        let total = checked_mul(op, rows, d)?;
+        need(op, "x", x.len, total)?;
+        need(op, "keep", keep.len, rows)?;
+        self.elementwise("mask_rows", total, &[self.at(x, 0), self.at(keep, 0), Self::u(total), Self::u(d)])
+    }
+
+    fn concat_features(&self, parts: &[(&CudaBuf, usize)], rows: usize, out: &mut CudaBuf) -> Result<()> {
+        let op = "concat_features";
+        let width = parts.iter().try_fold(0usize, |acc, p| acc.checked_add(p.1)).ok_or_else(|| shape_err(op, "total width overflows"))?;
+        need(op, "out", out.len, checked_mul(op, rows, width)?)?;
+        for (i, (p, w)) in parts.iter().enumerate() {
+            need(op, &format!("part {i}"), p.len, checked_mul(op, rows, *w)?)?;
+        }
+        let mut at = 0;
+        for (p, w) in parts {
+            let args = [self.at(p, 0), Self::u(*w), self.at(out, at), Self::u(width), Self::u(rows), Self::u(*w)];
+            self.elementwise("copy_rows", rows * w, &args)?;
+            at += w;
+        }
+        Ok(())
+    }
+
+    fn embedding(&self, table: &CudaBuf, dim: usize, ids: &[u32], out: &mut CudaBuf) -> Result<()> {
+        let op = "embedding";
+        need(op, "out", out.len, checked_mul(op, ids.len(), dim)?)?;
+        let vocab = table.len.checked_div(dim).unwrap_or(0);
+        for (r, &id) in ids.iter().enumerate() {
+            if id as usize >= vocab {
+                return Err(shape_err(op, format!("id {id} at position {r} is outside the table of {vocab} rows")));
+            }
+        }
+        if ids.is_empty() || dim == 0 {
+            return Ok(());
+        }
+        let mut dev_ids = self.device_alloc::<u32>(ids.len(), "embedding ids")?;
+        self.stream.memcpy_htod(ids, &mut dev_ids).map_err(dev_err("embedding ids upload"))?;
+        let args = [self.at(table, 0), Arg::U64(self.addr(&dev_ids, 0, 4)), self.at(out, 0), Self::u(ids.len()), Self::u(dim)];
+        self.elementwise("embedding", ids.len() * dim, &args)
+    }
+
+    fn polar_spectrum(&self, h: &CudaBuf, frames: usize, bins: usize, mag_max: f32, re: &mut CudaBuf, im: &mut CudaBuf) -> Result<()> {
+        let op = "polar_spectrum";
+        let half = checked_mul(op, frames, bins)?;
+        need(op, "h", h.len, checked_mul(op, half, 2)?)?;
+        need(op, "re", re.len, half)?;
+        need(op, "im", im.len, half)?;
+        let args = [self.at(h, 0), self.at(re, 0), self.at(im, 0), Self::u(frames), Self::u(bins), Arg::F32(mag_max)];
+        self.elementwise("polar_spectrum", half, &args)
+    }
+}
+
+#[cfg(test)]
+mod tests;

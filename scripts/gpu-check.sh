@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine (no Rust toolchain needed), from the repository root, with the .gpu/
+# directory built by scripts/gpu-prep.sh copied next to the sources: `bash scripts/gpu-check.sh`.
+# Everything goes to $OUT: summary.json (one entry per step), bench.json (gpu_bench's report),
+# env.txt and one log per step. Budget: 7 minutes worst case (every step at its timeout, 420 s);
+# expected 1–3 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT"
+steps_json="$OUT/steps.jsonl"
+: > "$steps_json"
+
+step() {  # step NAME TIMEOUT_S CMD...   (a failure fails the check)
+  run_step true "$@"
+}
+info_step() {  # the same, but only reported (tools that may not work on every machine)
+  run_step false "$@"
+}
+run_step() {
+  local required=$1 name=$2 limit=$3 t0=$SECONDS rc
+  shift 3
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  printf '{"step":"%s","rc":%d,"seconds":%d,"required":%s}\n' "$name" "$rc" "$((SECONDS - t0))" "$required" >> "$steps_json"
+  echo "== $name rc=$rc $((SECONDS - t0))s"
+  grep -E "^test result|FAILED|panicked|SKIP" "$OUT/$name.log" | head -20
+}
+
+# cudarc opens libcuda.so.1, libcublas.so.13 and (fallback only) libnvrtc.so.13 at run time.
+libdirs=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu; do
+  [ -d "$d" ] && libdirs="$libdirs:$d"
+done
+for d in $(python3 - 2>/dev/null <<'PY'
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+seen = set()
+for r in roots:
+    for lib in glob.glob(os.path.join(r, "nvidia", "**", "lib*.so*"), recursive=True):
+        if any(k in os.path.basename(lib) for k in ("cublas", "nvrtc")):
+            seen.add(os.path.dirname(lib))
+print("\n".join(sorted(seen)))
+PY
+); do libdirs="$libdirs:$d"; done
+export LD_LIBRARY_PATH="${libdirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KIT_REQUIRE_GPU=1 RUST_BACKTRACE=1
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  command -v nvcc >/dev/null && nvcc --version | tail -1
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  ldconfig -p | grep -E 'libcuda\.so\.1|libcublas|libnvrtc' || true
+} > "$OUT/env.txt" 2>&1
+
+# 1. Every op against the f64 reference table, on the build-time PTX (CPU suites run too).
+step parity 90 .gpu/test-ops --test-threads=4
+# 2. bf16 weight GEMM, graph replay, open errors (the NVRTC compile test is step 3's job).
+step unit 45 .gpu/test-unit --test-threads=4 --skip nvrtc_compiles_every_module
+# 3. The CUDA suite again with kernels compiled by NVRTC at start-up (the no-nvcc build path).
+step nvrtc 75 env KIT_FORCE_NVRTC=1 .gpu/test-ops cuda:: --test-threads=4
+# 4. Out-of-bounds and race checks on the CUDA suite where the sanitizer works.
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  info_step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/test-ops cuda:: --test-threads=1
+fi
+# 5. Tiny F5 model CPU vs CUDA, DiT-shaped parity, full-size timing (eager and graph).
+step bench 150 .gpu/gpu_bench --json "$OUT/bench.json"
+
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+steps = [json.loads(l) for l in open(os.path.join(out, "steps.jsonl")) if l.strip()]
+bench = None
+try:
+    bench = json.load(open(os.path.join(out, "bench.json")))
+except Exception as e:
+    bench = {"error": str(e)}
+doc = {"ok": all(s["rc"] == 0 for s in steps if s["required"]), "steps": steps, "bench": bench}
+json.dump(doc, open(os.path.join(out, "summary.json"), "w"), indent=2)
+print(json.dumps({"ok": doc["ok"], "steps": steps}))
+PY
+rm -f "$steps_json"
