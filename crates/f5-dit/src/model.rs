@@ -85,7 +85,11 @@ impl<B: Backend> Loader<'_, B> {
 
     fn linear(&mut self, name: &str, out: usize, inp: usize) -> Result<Linear<B>, DitError> {
         Ok(Linear {
-            weight: self.tensor(&format!("{name}.weight"), &[out, inp])?,
+            weight: {
+                // GEMM weights: a backend may keep a faster lower-precision copy of these.
+                let data = self.host(&format!("{name}.weight"), &[out, inp])?;
+                self.kit.upload_weight(&data)?
+            },
             bias: self.tensor(&format!("{name}.bias"), &[out])?,
             out,
             inp,
@@ -135,7 +139,7 @@ impl<B: Backend> F5Model<B> {
                 }
                 Ok(Block {
                     ada: l.linear(&format!("{p}.attn_norm.linear"), 6 * d, d)?,
-                    qkv: Linear { weight: kit.upload(&w)?, bias: kit.upload(&b)?, out: 3 * d, inp: d },
+                    qkv: Linear { weight: kit.upload_weight(&w)?, bias: kit.upload(&b)?, out: 3 * d, inp: d },
                     out: l.linear(&format!("{p}.attn.to_out.0"), d, d)?,
                     ff1: l.linear(&format!("{p}.ff.ff.0.0"), c.ff_inner, d)?,
                     ff2: l.linear(&format!("{p}.ff.ff.2"), d, c.ff_inner)?,
