@@ -1,6 +1,7 @@
 //! `f5`: F5-TTS zero-shot text-to-speech. Every failure ends as one readable line on stderr and
 //! a non-zero exit status.
 
+mod device;
 mod npy;
 mod resolve;
 mod synth_cmd;

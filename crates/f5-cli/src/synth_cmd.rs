@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use f5_gpukit::CpuBackend;
+use f5_gpukit::{Backend, CpuBackend};
 use f5_synth::{Progress, SynthOptions, Synthesizer, Voice};
 
 use crate::{npy, resolve};
@@ -113,6 +113,12 @@ pub struct SynthArgs {
     /// CPU threads (default: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Where the model runs: cpu, or cuda / cuda:N on a build with the `cuda` feature.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// GEMM weight precision: f32, or bf16 (CUDA only: bf16 products, f32 accumulation).
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -183,8 +189,38 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let (model_path, vocab_path) = resolve::model(&hub, &args.model, args.vocab.as_deref())?;
     let vocoder_path = resolve::vocoder(&hub, &args.vocoder)?;
     let started = Instant::now();
-    let kit = CpuBackend::with_threads(args.threads)?;
-    let mut synth = Synthesizer::open(&model_path, &vocab_path, &vocoder_path, kit, &f5_dit::Overrides::default())?;
+    let paths = ModelPaths { model: model_path, vocab: vocab_path, vocoder: vocoder_path };
+    match crate::device::parse(&args.device, &args.precision)? {
+        crate::device::DeviceChoice::Cpu => run_on(CpuBackend::with_threads(args.threads)?, args, text, ext, paths, started),
+        #[cfg(feature = "cuda")]
+        crate::device::DeviceChoice::Cuda { ordinal, bf16 } => {
+            let options =
+                f5_gpukit::CudaOptions { weights: if bf16 { f5_gpukit::WeightPrecision::Bf16 } else { f5_gpukit::WeightPrecision::F32 } };
+            let kit = f5_gpukit::CudaBackend::with_options(ordinal, options).with_context(|| format!("device cuda:{ordinal}"))?;
+            run_on(kit, args, text, ext, paths, started)
+        }
+        #[cfg(not(feature = "cuda"))]
+        crate::device::DeviceChoice::Cuda { .. } => Err(crate::device::no_cuda()),
+    }
+}
+
+/// Where the weights were resolved to.
+struct ModelPaths {
+    model: PathBuf,
+    vocab: PathBuf,
+    vocoder: PathBuf,
+}
+
+/// The synthesis itself, on whichever backend `--device` chose.
+fn run_on<B: Backend + Clone>(
+    kit: B,
+    args: SynthArgs,
+    text: String,
+    ext: Option<String>,
+    paths: ModelPaths,
+    started: Instant,
+) -> Result<()> {
+    let mut synth = Synthesizer::open(&paths.model, &paths.vocab, &paths.vocoder, kit, &f5_dit::Overrides::default())?;
     if !args.quiet {
         let c = &synth.model.config;
         let variant = c.variant().map_or("mixed", |v| v.name());

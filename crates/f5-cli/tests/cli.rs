@@ -94,6 +94,29 @@ fn failures_are_one_line_and_non_zero() {
     assert!(err.contains("posix.system"), "{err}");
 }
 
+/// `--device cuda` on a machine (or a build) that cannot run it is one clear line, not a panic:
+/// a CPU-only build says how to get CUDA; a CUDA build without a driver or GPU says which is
+/// missing. bf16 on the CPU is refused before anything loads.
+#[test]
+fn a_device_that_cannot_run_is_one_clear_line() {
+    let out = tmp("device.wav");
+    let run = |extra: &[&str]| {
+        let args = [&["synth"][..], &TINY[..], &REF[..], &["-t", "Hello.", "-o", out.to_str().unwrap(), "-q"][..], extra].concat();
+        f5(&args)
+    };
+    let (ok, _, err) = run(&["--device", "cuda"]);
+    if ok {
+        // A machine with a working GPU and a CUDA build: nothing to refuse.
+        return;
+    }
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("built without CUDA support") || err.contains("cuda:0"), "{err}");
+    let (ok, _, err) = run(&["--precision", "bf16"]);
+    assert!(!ok);
+    assert!(err.contains("needs --device cuda"), "{err}");
+    assert!(!out.exists(), "a refused run wrote {}", out.display());
+}
+
 #[test]
 fn tokens_and_chunks() {
     let text = tmp("lines.txt");

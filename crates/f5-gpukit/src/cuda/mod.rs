@@ -107,8 +107,22 @@ fn grid_dim(op: &'static str, what: &str, v: usize, max: usize) -> Result<u32> {
 }
 
 /// The CUDA backend on one device. `Send + Sync`; ops from several threads are queued on the
-/// same stream in call order.
+/// same stream in call order. Cloning is cheap and shares the device state (the model and the
+/// vocoder of one pipeline each hold a handle, as with the CPU backend's thread pool).
+#[derive(Clone)]
 pub struct CudaBackend {
+    state: Arc<CudaState>,
+}
+
+impl std::ops::Deref for CudaBackend {
+    type Target = CudaState;
+    fn deref(&self) -> &CudaState {
+        &self.state
+    }
+}
+
+/// What every handle of one [`CudaBackend`] shares.
+pub struct CudaState {
     // Field order is drop order: functions and cuBLAS go before the memory and the stream they use.
     kernels: HashMap<&'static str, CudaFunction>,
     kernel_source: KernelSource,
@@ -178,15 +192,17 @@ impl CudaBackend {
             .result()
             .map_err(blas_err("set workspace"))?;
         Ok(CudaBackend {
-            kernels,
-            kernel_source,
-            blas,
-            _workspace: workspace,
-            bf16_scratch: Mutex::new(None),
-            options,
-            ordinal,
-            stream,
-            ctx,
+            state: Arc::new(CudaState {
+                kernels,
+                kernel_source,
+                blas,
+                _workspace: workspace,
+                bf16_scratch: Mutex::new(None),
+                options,
+                ordinal,
+                stream,
+                ctx,
+            }),
         })
     }
 
