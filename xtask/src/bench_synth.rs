@@ -58,12 +58,14 @@ pub fn run(root: &Path, o: &SynthOpts) -> Result<()> {
     for &nfe in &o.nfes {
         let ours_out = scratch.join(format!("f5_nfe{nfe}.wav"));
         let theirs_out = scratch.join(format!("ref_nfe{nfe}.wav"));
-        let ours_args: Vec<String> = [
-            "synth",
+        // The same work on both sides; only the way each names its output differs.
+        let (model, vocoder, nfe_s, threads) =
+            (model.display().to_string(), vocoder.display().to_string(), nfe.to_string(), o.threads.to_string());
+        let common = [
             "--model",
-            &model.display().to_string(),
+            &model,
             "--vocoder",
-            &vocoder.display().to_string(),
+            &vocoder,
             "--ref",
             REF_WAV,
             "--ref-text",
@@ -71,42 +73,16 @@ pub fn run(root: &Path, o: &SynthOpts) -> Result<()> {
             "--text",
             SENTENCE,
             "--nfe",
-            &nfe.to_string(),
+            &nfe_s,
             "--seed",
             "1",
             "--threads",
-            &o.threads.to_string(),
-            "-q",
-            "-o",
-            &ours_out.display().to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let theirs_args: Vec<String> = [
-            "xtask/bench/synth_reference.py",
-            "--threads",
-            &o.threads.to_string(),
-            "--model",
-            &model.display().to_string(),
-            "--vocoder",
-            &vocoder.display().to_string(),
-            "--ref",
-            REF_WAV,
-            "--ref-text",
-            &ref_text,
-            "--text",
-            SENTENCE,
-            "--nfe",
-            &nfe.to_string(),
-            "--seed",
-            "1",
-            "--out",
-            &theirs_out.display().to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+            &threads,
+        ];
+        let words = |parts: &[&[&str]]| -> Vec<String> { parts.concat().iter().map(|s| s.to_string()).collect() };
+        let (ours_path, theirs_path) = (ours_out.display().to_string(), theirs_out.display().to_string());
+        let ours_args = words(&[&["synth"], &common, &["-q", "-o", &ours_path]]);
+        let theirs_args = words(&[&["xtask/bench/synth_reference.py"], &common, &["--out", &theirs_path]]);
         commands.push(format!("target/release/f5 {}", shell_words(&ours_args)));
         commands.push(format!("{py} {}", shell_words(&theirs_args)));
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());

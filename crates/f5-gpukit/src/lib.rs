@@ -94,6 +94,18 @@ pub(crate) fn shape_err(op: &'static str, detail: impl Into<String>) -> KitError
     KitError::Shape { op, detail: detail.into() }
 }
 
+/// Every backend checks its operands the same way before touching memory.
+pub(crate) fn need(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
+    if have < want {
+        return Err(shape_err(op, format!("{name} has {have} values, need {want}")));
+    }
+    Ok(())
+}
+
+pub(crate) fn checked_mul(op: &'static str, a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b).ok_or_else(|| shape_err(op, format!("{a}×{b} overflows")))
+}
+
 /// One implementation of every op. See the crate docs for the conventions.
 ///
 /// The buffer type is associated rather than boxed so that a model generic over `B: Backend`

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::spec::{AttentionSpec, Conv1dSpec, GemmSpec, RopeSpec};
-use crate::{shape_err, Activation, Backend, Device, KitError, Result};
+use crate::{checked_mul, need, shape_err, Activation, Backend, Device, KitError, Result};
 
 /// Rows handed to one rayon task by the row-parallel ops: large enough that scheduling costs
 /// nothing next to the work, small enough to balance two to a few dozen threads.
@@ -67,16 +67,6 @@ impl CpuBackend {
     }
 }
 
-fn need(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
-    if have < want {
-        return Err(shape_err(op, format!("{name} has {have} values, need {want}")));
-    }
-    Ok(())
-}
-
-fn checked_mul(op: &'static str, a: usize, b: usize) -> Result<usize> {
-    a.checked_mul(b).ok_or_else(|| shape_err(op, format!("{a}×{b} overflows")))
-}
 
 /// LayerNorm statistics of one row: `(mean, 1/sqrt(var + eps))` with the biased variance, as
 /// PyTorch computes it. Two passes in f32 with 16 lanes each.

@@ -25,7 +25,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 pub use modules::KernelSource;
 
 use crate::spec::{AttentionSpec, Conv1dSpec, GemmSpec, RopeSpec};
-use crate::{shape_err, Activation, Backend, Device, KitError, Result};
+use crate::{checked_mul, need, shape_err, Activation, Backend, Device, KitError, Result};
 
 /// How [`Backend::upload_weight`] stores weights, and so which GEMMs use the tensor cores.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,16 +83,6 @@ fn blas_err(what: &'static str) -> impl FnOnce(blas::CublasError) -> KitError {
     move |e| KitError::Device(format!("cuBLAS {what}: {e:?}"))
 }
 
-fn need(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
-    if have < want {
-        return Err(shape_err(op, format!("{name} has {have} values, need {want}")));
-    }
-    Ok(())
-}
-
-fn checked_mul(op: &'static str, a: usize, b: usize) -> Result<usize> {
-    a.checked_mul(b).ok_or_else(|| shape_err(op, format!("{a}×{b} overflows")))
-}
 
 fn grid_1d(total: usize) -> LaunchConfig {
     let blocks = total.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32;
