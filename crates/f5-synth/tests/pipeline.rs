@@ -6,15 +6,10 @@
 //! of the reference left in, loudness, transcript spacing) changes the length or the wave by
 //! O(1).
 
-use std::path::PathBuf;
+mod common;
 
-use f5_dit::Overrides;
-use f5_gpukit::CpuBackend;
-use f5_synth::{Progress, SynthOptions, Synthesizer, Voice};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
+use common::{birch_voice, fixtures, synthesizer};
+use f5_synth::{Progress, SynthOptions, Voice};
 
 fn npy_f32(name: &str) -> Vec<f32> {
     let path = fixtures().join("goldens").join(name);
@@ -28,22 +23,10 @@ fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     (num / den).sqrt()
 }
 
-fn synthesizer() -> Synthesizer<CpuBackend> {
-    let f = fixtures();
-    Synthesizer::open(
-        &f.join("models/f5-tiny-v1/model.safetensors"),
-        &f.join("vocab.txt"),
-        &f.join("models/vocos-tiny/pytorch_model.bin"),
-        CpuBackend::new(),
-        &Overrides::default(),
-    )
-    .expect("open tiny models")
-}
-
 #[test]
 fn single_chunk_matches_infer_process() {
     let synth = synthesizer();
-    let voice = Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    let voice = birch_voice();
     assert_eq!(voice.model_text, "The birch canoe slid on the smooth planks.  ");
     let opts = SynthOptions { nfe: 8, seed: Some(42), ..SynthOptions::default() };
     let mut steps = 0;
@@ -71,7 +54,7 @@ fn single_chunk_matches_infer_process() {
 #[test]
 fn bad_inputs_are_clear_errors() {
     let synth = synthesizer();
-    let voice = Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    let voice = birch_voice();
     let opts = SynthOptions { nfe: 2, seed: Some(1), ..SynthOptions::default() };
     let err = synth.synthesize(&voice, "   ", &opts, &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains("empty"), "{err}");
@@ -118,7 +101,7 @@ impl f5_verify::Transcribe for Scripted {
 
 #[test]
 fn the_gate_regenerates_exactly_the_misheard_chunk() {
-    let voice = Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    let voice = birch_voice();
     // Sentences of ~150 bytes against a ~440-byte budget: several chunks.
     let sentence = "The quick brown fox jumps over the lazy dog while the small cat watches from the warm windowsill and the birds sing in the tall green trees.";
     let text = [sentence; 9].join(" ");
@@ -173,7 +156,7 @@ fn multi_chunk_matches_infer_process_run_in_order() {
     let want_chunks: Vec<&str> = info["chunks"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
     let total = info["samples"].as_u64().unwrap() as usize;
     let synth = synthesizer();
-    let voice = Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    let voice = birch_voice();
     assert_eq!(voice.max_chunk_bytes(1.0) as u64, info["max_chars"].as_u64().unwrap(), "chunk budget");
     let opts = SynthOptions { nfe: 4, seed: Some(7), ..SynthOptions::default() };
     let audio = synth.synthesize(&voice, gen_text, &opts, &mut |_| {}).unwrap();
@@ -190,7 +173,7 @@ fn multi_chunk_matches_infer_process_run_in_order() {
 #[test]
 fn a_dialogue_is_its_lines_in_order_with_punctuation_pauses() {
     let synth = synthesizer();
-    let a = Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
+    let a = birch_voice();
     let b = Voice::load(&fixtures().join("audio/ref_44100.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
     let opts = SynthOptions { nfe: 2, seed: Some(11), ..SynthOptions::default() };
     let lines: [(&Voice, &str); 3] = [(&a, "Hello, who is there?"), (&b, "Just me, waiting"), (&a, "Come in.")];

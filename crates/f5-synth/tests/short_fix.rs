@@ -2,33 +2,13 @@
 //! and frames exactly; on, the designed extra frames and one-word openings as chunks of their
 //! own, in every entry point (whole, streaming, dialogue).
 
-use std::path::PathBuf;
+mod common;
 
+use common::{birch_voice as voice, synthesizer};
 use f5_dit::duration::{estimate_frames, sampled_frames};
-use f5_dit::Overrides;
 use f5_gpukit::CpuBackend;
 use f5_synth::short_fix::short_fix_extra_frames;
 use f5_synth::{Progress, SynthOptions, Synthesizer, Voice};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
-
-fn synthesizer() -> Synthesizer<CpuBackend> {
-    let f = fixtures();
-    Synthesizer::open(
-        &f.join("models/f5-tiny-v1/model.safetensors"),
-        &f.join("vocab.txt"),
-        &f.join("models/vocos-tiny/pytorch_model.bin"),
-        CpuBackend::new(),
-        &Overrides::default(),
-    )
-    .expect("open tiny models")
-}
-
-fn voice() -> Voice {
-    Voice::load(&fixtures().join("audio/ref_22050.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap()
-}
 
 /// The reference's frames for a chunk of this text (the rule in F5-SPEC §4.5 and `CFM.sample`'s
 /// lower bound), plus `extra`.
