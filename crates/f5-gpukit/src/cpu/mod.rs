@@ -67,7 +67,6 @@ impl CpuBackend {
     }
 }
 
-
 /// LayerNorm statistics of one row: `(mean, 1/sqrt(var + eps))` with the biased variance, as
 /// PyTorch computes it. Two passes in f32 with 16 lanes each.
 fn row_stats(x: &[f32], eps: f32) -> (f32, f32) {

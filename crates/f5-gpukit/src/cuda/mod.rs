@@ -83,7 +83,6 @@ fn blas_err(what: &'static str) -> impl FnOnce(blas::CublasError) -> KitError {
     move |e| KitError::Device(format!("cuBLAS {what}: {e:?}"))
 }
 
-
 fn grid_1d(total: usize) -> LaunchConfig {
     let blocks = total.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32;
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
