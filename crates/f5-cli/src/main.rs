@@ -106,6 +106,12 @@ struct ServeArgs {
     /// CPU threads for the model (default: all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Where the model runs: cpu, cuda or cuda:N (needs a build with --features cuda).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// GEMM weight precision: f32, or bf16 (CUDA only: bf16 products, f32 accumulation).
+    #[arg(long, default_value = "f32")]
+    precision: String,
     /// Listen back: a whisper.cpp-compatible transcriber (host:port); requests may then set
     /// retries/max_wer and answers carry X-F5-Score.
     #[arg(long)]
@@ -297,6 +303,13 @@ fn vocode(a: &VocodeArgs) -> Result<()> {
 }
 
 fn serve(a: ServeArgs) -> Result<()> {
+    let device = match device::parse(&a.device, &a.precision)? {
+        device::DeviceChoice::Cpu => f5_server::Device::Cpu,
+        #[cfg(feature = "cuda")]
+        device::DeviceChoice::Cuda { ordinal, bf16 } => f5_server::Device::Cuda { ordinal, bf16 },
+        #[cfg(not(feature = "cuda"))]
+        device::DeviceChoice::Cuda { .. } => return Err(device::no_cuda()),
+    };
     let hub = resolve::hub(false);
     let Some((first, others)) = a.model.split_first() else { bail!("name a model with --model") };
     let vocab_for = |i: usize| match a.vocab.len() {
@@ -324,6 +337,7 @@ fn serve(a: ServeArgs) -> Result<()> {
     config.unload_after = a.unload_after.map(std::time::Duration::from_secs);
     config.queue_capacity = a.queue;
     config.threads = a.threads;
+    config.device = device;
     config.transcriber = a.transcriber;
     config.language = a.language;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;

@@ -115,6 +115,20 @@ fn a_device_that_cannot_run_is_one_clear_line() {
     assert!(!ok);
     assert!(err.contains("needs --device cuda"), "{err}");
     assert!(!out.exists(), "a refused run wrote {}", out.display());
+
+    // The daemon takes the same flags and refuses the same way, before it binds a port.
+    let voices = tmp("device-voices");
+    let serve = |extra: &[&str]| {
+        let args = [&["serve"][..], &TINY[..], &["--addr", "127.0.0.1:0", "--voices", voices.to_str().unwrap()][..], extra].concat();
+        f5(&args)
+    };
+    let (ok, _, err) = serve(&["--device", "cuda"]);
+    assert!(!ok);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("built without CUDA support") || err.contains("cuda:0"), "{err}");
+    let (ok, _, err) = serve(&["--precision", "bf16"]);
+    assert!(!ok);
+    assert!(err.contains("needs --device cuda"), "{err}");
 }
 
 #[test]

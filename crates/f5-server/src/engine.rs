@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use f5_gpukit::CpuBackend;
-use f5_synth::{Audio, SynthOptions, Synthesizer, Voice};
+use f5_synth::{Audio, SynthError, SynthOptions, Synthesizer, Voice};
 use tokio::sync::oneshot;
 
 /// One utterance to speak; each job carries its own options.
@@ -110,14 +110,51 @@ pub(crate) struct Loader {
     pub models: Vec<ModelFiles>,
     pub vocoder: PathBuf,
     pub threads: usize,
+    pub device: crate::Device,
     pub transcriber: Option<String>,
     pub language: Option<String>,
 }
 
+/// Loaded weights on whichever backend the server was started with. The backend is chosen at
+/// run time, so the model thread holds one of these rather than a `Synthesizer<B>`; dropping it
+/// gives the device memory back (the unload-after path).
+enum LoadedModel {
+    Cpu(Box<Synthesizer<CpuBackend>>),
+    #[cfg(feature = "cuda")]
+    Cuda(Box<Synthesizer<f5_gpukit::CudaBackend>>),
+}
+
+impl LoadedModel {
+    fn synthesize(&self, voice: &Voice, text: &str, options: &SynthOptions) -> Result<Audio, SynthError> {
+        match self {
+            LoadedModel::Cpu(s) => s.synthesize(voice, text, options, &mut |_| {}),
+            #[cfg(feature = "cuda")]
+            LoadedModel::Cuda(s) => s.synthesize(voice, text, options, &mut |_| {}),
+        }
+    }
+}
+
 impl Loader {
-    fn open(&self, index: usize) -> Result<Synthesizer<CpuBackend>, String> {
+    fn open(&self, index: usize) -> Result<LoadedModel, String> {
+        match self.device {
+            crate::Device::Cpu => {
+                let kit = CpuBackend::with_threads(self.threads).map_err(|e| format!("cannot start {} CPU threads: {e}", self.threads))?;
+                self.open_on(index, kit).map(|s| LoadedModel::Cpu(Box::new(s)))
+            }
+            #[cfg(feature = "cuda")]
+            crate::Device::Cuda { ordinal, bf16 } => {
+                use f5_gpukit::WeightPrecision;
+                let options = f5_gpukit::CudaOptions { weights: if bf16 { WeightPrecision::Bf16 } else { WeightPrecision::F32 } };
+                let kit = f5_gpukit::CudaBackend::with_options(ordinal, options).map_err(|e| format!("device cuda:{ordinal}: {e}"))?;
+                self.open_on(index, kit).map(|s| LoadedModel::Cuda(Box::new(s)))
+            }
+            #[cfg(not(feature = "cuda"))]
+            crate::Device::Cuda { .. } => Err("this build has no CUDA support".into()),
+        }
+    }
+
+    fn open_on<B: f5_gpukit::Backend + Clone>(&self, index: usize, kit: B) -> Result<Synthesizer<B>, String> {
         let files = self.models.get(index).ok_or_else(|| format!("no model number {index}"))?;
-        let kit = CpuBackend::with_threads(self.threads).map_err(|e| format!("cannot start {} CPU threads: {e}", self.threads))?;
         let synth = Synthesizer::open(&files.model, &files.vocab, &self.vocoder, kit, &f5_dit::Overrides::default())
             .map_err(|e| format!("{}: {e}", files.model.display()))?;
         Ok(match &self.transcriber {
@@ -298,7 +335,7 @@ fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Durati
     }
 }
 
-fn run_job(synth: &mut Option<Synthesizer<CpuBackend>>, loader: &Loader, spec: &JobSpec, stats: &Stats) -> Result<Audio, JobError> {
+fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, spec: &JobSpec, stats: &Stats) -> Result<Audio, JobError> {
     let switching = stats.current.load(Ordering::SeqCst) != spec.model;
     if switching {
         // The old weights go before the new ones are read, so two models never sit in memory
@@ -320,14 +357,13 @@ fn run_job(synth: &mut Option<Synthesizer<CpuBackend>>, loader: &Loader, spec: &
         return Err(JobError::Failed("the model is not loaded".into()));
     };
     // A panic inside the engine must not take the model thread (and every later request) with it.
-    let outcome =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.synthesize(&spec.voice, &spec.text, &spec.options, &mut |_| {})));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.synthesize(&spec.voice, &spec.text, &spec.options)));
     // With a transcriber the synthesizer listens to each chunk itself (the listen-back gate);
     // the score travels back in `Audio::score`.
     match outcome {
         Ok(Ok(audio)) => Ok(audio),
-        Ok(Err(f5_synth::SynthError::Options(m))) => Err(JobError::Rejected(m)),
-        Ok(Err(f5_synth::SynthError::Text(e))) => Err(JobError::Rejected(e.to_string())),
+        Ok(Err(SynthError::Options(m))) => Err(JobError::Rejected(m)),
+        Ok(Err(SynthError::Text(e))) => Err(JobError::Rejected(e.to_string())),
         Ok(Err(e)) => Err(JobError::Failed(e.to_string())),
         Err(_) => {
             // The weights may be half-way through something: load them afresh next time.

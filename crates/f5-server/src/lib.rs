@@ -52,6 +52,8 @@ pub struct ServerConfig {
     pub queue_capacity: usize,
     /// CPU threads for the model (0 = all cores).
     pub threads: usize,
+    /// Which backend runs the model.
+    pub device: Device,
     /// Longest text one request may ask for, in UTF-8 bytes (a dialogue: all lines together).
     pub max_text_bytes: usize,
     /// Largest voice upload (the multipart body), in bytes.
@@ -81,6 +83,7 @@ impl ServerConfig {
             unload_after: None,
             queue_capacity: 16,
             threads: 0,
+            device: Device::Cpu,
             max_text_bytes: 5000,
             max_upload_bytes: 20 << 20,
             max_json_bytes: 256 << 10,
@@ -104,6 +107,17 @@ impl ServerConfig {
         }
         Ok(ids)
     }
+}
+
+/// Which backend of the kit the model thread runs on. Every variant exists in every build, so a
+/// build without the `cuda` feature can still be asked for CUDA and refuse with the reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    /// The CPU backend, with [`ServerConfig::threads`] threads.
+    #[default]
+    Cpu,
+    /// The CUDA backend on GPU `ordinal`; `bf16` keeps the GEMM weights in bfloat16 on the device.
+    Cuda { ordinal: usize, bf16: bool },
 }
 
 /// A checkpoint besides the default one (see [`ServerConfig::more_models`]).
@@ -175,6 +189,11 @@ impl Server {
         if config.unload_after.is_some_and(|d| d.is_zero()) {
             return Err(ServerError::Config("unload-after must be longer than zero".into()));
         }
+        if matches!(config.device, Device::Cuda { .. }) && !cfg!(feature = "cuda") {
+            return Err(ServerError::Config(
+                "this build has no CUDA support; rebuild with `cargo build --release -p f5-cli --features cuda`".into(),
+            ));
+        }
         let model_ids = config.model_ids()?;
         // The further models load only when first asked for; a typo in their paths should
         // still stop the start, not the first request that names them.
@@ -192,6 +211,7 @@ impl Server {
             models,
             vocoder: config.vocoder.clone(),
             threads: config.threads,
+            device: config.device,
             transcriber: config.transcriber.clone(),
             language: config.language.clone(),
         };

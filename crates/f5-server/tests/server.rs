@@ -656,3 +656,25 @@ async fn further_models_are_checked_at_start() {
     assert!(err.contains("nowhere"), "{err}");
     let _ = std::fs::remove_dir_all(&voices);
 }
+
+/// A device the server cannot run on stops the start with the reason: a build without CUDA
+/// says so; a CUDA build names the device it could not open (there is no GPU number 99).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_that_cannot_run_stops_the_start() {
+    let voices = std::env::temp_dir().join(format!("f5-server-device-check-{}", std::process::id()));
+    let mut config = f5_server::ServerConfig::new(
+        fixture("models/f5-tiny-v1/model.safetensors"),
+        fixture("vocab.txt"),
+        fixture("models/vocos-tiny/pytorch_model.bin"),
+        voices.clone(),
+    );
+    config.addr = "127.0.0.1:0".parse().unwrap();
+    config.device = f5_server::Device::Cuda { ordinal: 99, bf16: false };
+    let err = f5_server::Server::bind(config).await.err().expect("GPU 99 is refused").to_string();
+    if cfg!(feature = "cuda") {
+        assert!(err.contains("cuda:99"), "{err}");
+    } else {
+        assert!(err.contains("no CUDA support"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&voices);
+}
