@@ -125,8 +125,8 @@ fn kit(root: &Path, o: &Opts) -> Result<()> {
     let busy_after = machine::busy_fraction();
 
     let mut md = String::new();
-    writeln!(md, "Machine: {}.", machine::describe())?;
-    writeln!(md, "Command: `cargo xtask bench kit --threads {}` (best of ≥3 runs, ≥{} s per cell; machine {:.0}% busy before, {:.0}% after, measured over 1 s).", o.threads, o.min_seconds, busy * 100.0, busy_after * 100.0)?;
+    let command = format!("cargo xtask bench kit --threads {}", o.threads);
+    preamble(&mut md, &command, &format!("best of ≥3 runs, ≥{} s per cell", o.min_seconds), busy, busy_after)?;
     if let Some(v) = reference.get("versions") {
         writeln!(md, "Reference: numpy {}, torch {}.", v["numpy"].as_str().unwrap_or("?"), v["torch"].as_str().unwrap_or("not installed"))?;
     }
@@ -211,18 +211,33 @@ fn refmodel(root: &Path, rel: &str) -> Result<std::path::PathBuf> {
     Ok(p)
 }
 
-fn run_model_reference(root: &Path, args: &[String]) -> Result<Value> {
+/// The reference side of a model bench (xtask/bench/model_reference.py): its JSON report, or
+/// `Null` (the table then shows "–") when it could not run, saying why.
+fn run_model_reference(root: &Path, args: &[&str]) -> Value {
     let py = crate::reference_python();
-    let out = Command::new(&py)
+    let measured = Command::new(&py)
         .current_dir(root)
         .arg("xtask/bench/model_reference.py")
         .args(args)
         .output()
-        .with_context(|| format!("cannot run {py}"))?;
-    if !out.status.success() {
-        bail!("{}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(serde_json::from_slice(&out.stdout)?)
+        .with_context(|| format!("cannot run {py}"))
+        .and_then(|out| {
+            if !out.status.success() {
+                bail!("{}", String::from_utf8_lossy(&out.stderr));
+            }
+            Ok(serde_json::from_slice::<Value>(&out.stdout)?)
+        });
+    measured.unwrap_or_else(|e| {
+        eprintln!("reference side not measured: {e:#}");
+        Value::Null
+    })
+}
+
+/// The lines every model bench opens with: the machine, and the command with how busy the
+/// machine was around the measurement.
+fn preamble(md: &mut String, command: &str, how: &str, busy: f64, busy_after: f64) -> std::fmt::Result {
+    writeln!(md, "Machine: {}.", machine::describe())?;
+    writeln!(md, "Command: `{command}` ({how}; machine {:.0}% busy before, {:.0}% after).", busy * 100.0, busy_after * 100.0)
 }
 
 /// One DiT forward with CFG (batch 2) at n = 1000 frames on the full-size random F5TTS_v1_Base,
@@ -250,39 +265,31 @@ fn dit(root: &Path, o: &Opts) -> Result<()> {
         best = best.min(t.elapsed().as_secs_f64());
     }
     eprintln!("  f5 forward: {best:.2} s (load {load:.1} s)");
-    let args: Vec<String> = [
-        "dit",
-        "--threads",
-        &o.threads.to_string(),
-        "--model",
-        &ckpt.display().to_string(),
-        "--frames",
-        &N.to_string(),
-        "--text-len",
-        &TEXT.to_string(),
-        "--ref-frames",
-        &REF.to_string(),
-        "--reps",
-        &reps.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let reference = run_model_reference(root, &args).unwrap_or_else(|e| {
-        eprintln!("reference side not measured: {e:#}");
-        Value::Null
-    });
+    let (threads, model, frames, text_len, ref_frames, reps_s) =
+        (o.threads.to_string(), ckpt.display().to_string(), N.to_string(), TEXT.to_string(), REF.to_string(), reps.to_string());
+    let reference = run_model_reference(
+        root,
+        &[
+            "dit",
+            "--threads",
+            &threads,
+            "--model",
+            &model,
+            "--frames",
+            &frames,
+            "--text-len",
+            &text_len,
+            "--ref-frames",
+            &ref_frames,
+            "--reps",
+            &reps_s,
+        ],
+    );
     let theirs = reference.get("forward_seconds").and_then(Value::as_f64);
     let busy_after = machine::busy_fraction();
     let mut md = String::new();
-    writeln!(md, "Machine: {}.", machine::describe())?;
-    writeln!(
-        md,
-        "Command: `cargo xtask bench dit --threads {}` (best of {reps} after a warm-up; machine {:.0}% busy before, {:.0}% after).",
-        o.threads,
-        busy * 100.0,
-        busy_after * 100.0
-    )?;
+    let command = format!("cargo xtask bench dit --threads {}", o.threads);
+    preamble(&mut md, &command, &format!("best of {reps} after a warm-up"), busy, busy_after)?;
     writeln!(md, "Weights: full-size random F5TTS_v1_Base (dim 1024, depth 22, 16 heads, 337 M parameters), fp32; one CFG forward = batch 2, n = {N} frames, {TEXT} text tokens, text encoding cached on both sides.")?;
     writeln!(md)?;
     writeln!(
@@ -331,35 +338,13 @@ fn vocos(root: &Path, o: &Opts) -> Result<()> {
         best = best.min(t.elapsed().as_secs_f64());
     }
     let audio_s = (FRAMES - 1) as f64 * 256.0 / 24_000.0;
-    let args: Vec<String> = [
-        "vocos",
-        "--threads",
-        &o.threads.to_string(),
-        "--model",
-        &dir.display().to_string(),
-        "--frames",
-        &FRAMES.to_string(),
-        "--reps",
-        &reps.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let reference = run_model_reference(root, &args).unwrap_or_else(|e| {
-        eprintln!("reference side not measured: {e:#}");
-        Value::Null
-    });
+    let (threads, model, frames, reps_s) = (o.threads.to_string(), dir.display().to_string(), FRAMES.to_string(), reps.to_string());
+    let reference = run_model_reference(root, &["vocos", "--threads", &threads, "--model", &model, "--frames", &frames, "--reps", &reps_s]);
     let theirs = reference.get("decode_seconds").and_then(Value::as_f64);
     let busy_after = machine::busy_fraction();
     let mut md = String::new();
-    writeln!(md, "Machine: {}.", machine::describe())?;
-    writeln!(
-        md,
-        "Command: `cargo xtask bench vocos --threads {}` (best of {reps} after a warm-up; machine {:.0}% busy before, {:.0}% after).",
-        o.threads,
-        busy * 100.0,
-        busy_after * 100.0
-    )?;
+    let command = format!("cargo xtask bench vocos --threads {}", o.threads);
+    preamble(&mut md, &command, &format!("best of {reps} after a warm-up"), busy, busy_after)?;
     writeln!(md, "Weights: full-size random Vocos (charactr/vocos-mel-24khz architecture, 13.5 M parameters); decode of {FRAMES} frames = {audio_s:.1} s of 24 kHz audio.")?;
     writeln!(md)?;
     writeln!(md, "| | f5-vocos (CPU) | vocos 0.1.0 on PyTorch {} (CPU) |", reference.get("torch").and_then(Value::as_str).unwrap_or("–"))?;
