@@ -4,6 +4,7 @@
 #   .gpu/test-ops        the op-case table (tests/ops.rs), CPU and CUDA instantiations
 #   .gpu/test-unit       the crate's unit tests (bf16 GEMM, graph replay, PTX checks)
 #   .gpu/gpu_bench       tiny F5 model parity, DiT-shaped parity and full-size timing (JSON)
+#   .gpu/f5              the f5 binary with CUDA, for the end-to-end check (scripts/gpu-e2e.py)
 # Kernels are compiled to PTX with the pinned nvcc; a missing nvcc is an error here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,10 +16,11 @@ mkdir -p "$target"
 log="$target/gpu-prep-artifacts.json"
 cargo test --release -p f5-gpukit --features cuda --no-run --message-format=json-render-diagnostics > "$log"
 cargo build --release -p f5-gpukit --features cuda --example gpu_bench --message-format=json-render-diagnostics >> "$log"
+cargo build --release -p f5-cli --features cuda --bin f5 --message-format=json-render-diagnostics >> "$log"
 rm -rf .gpu && mkdir -p .gpu
 python3 - "$log" <<'PY'
 import json, shutil, sys
-names = {("test", "ops"): "test-ops", ("lib", "f5_gpukit"): "test-unit", ("example", "gpu_bench"): "gpu_bench"}
+names = {("test", "ops"): "test-ops", ("lib", "f5_gpukit"): "test-unit", ("example", "gpu_bench"): "gpu_bench", ("bin", "f5"): "f5"}
 found = set()
 for line in open(sys.argv[1]):
     try:

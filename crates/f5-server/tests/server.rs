@@ -633,17 +633,7 @@ async fn requests_switch_between_models() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn further_models_are_checked_at_start() {
     let voices = std::env::temp_dir().join(format!("f5-server-models-check-{}", std::process::id()));
-    let base = || {
-        let mut c = f5_server::ServerConfig::new(
-            fixture("models/f5-tiny-v1/model.safetensors"),
-            fixture("vocab.txt"),
-            fixture("models/vocos-tiny/pytorch_model.bin"),
-            voices.clone(),
-        );
-        c.addr = "127.0.0.1:0".parse().unwrap();
-        c.threads = 1;
-        c
-    };
+    let base = || tiny_config(voices.clone());
     let mut same_id = base();
     let mut dup = f5_server::ModelEntry::new(fixture("models/f5-tiny-v0/model.safetensors"), fixture("vocab.txt"));
     dup.id = Some("f5-tiny-v1".into());
@@ -662,13 +652,7 @@ async fn further_models_are_checked_at_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_that_cannot_run_stops_the_start() {
     let voices = std::env::temp_dir().join(format!("f5-server-device-check-{}", std::process::id()));
-    let mut config = f5_server::ServerConfig::new(
-        fixture("models/f5-tiny-v1/model.safetensors"),
-        fixture("vocab.txt"),
-        fixture("models/vocos-tiny/pytorch_model.bin"),
-        voices.clone(),
-    );
-    config.addr = "127.0.0.1:0".parse().unwrap();
+    let mut config = tiny_config(voices.clone());
     config.device = f5_server::Device::Cuda { ordinal: 99, bf16: false };
     let err = f5_server::Server::bind(config).await.err().expect("GPU 99 is refused").to_string();
     if cfg!(feature = "cuda") {

@@ -36,20 +36,26 @@ fn temp_dir() -> PathBuf {
     dir
 }
 
+/// The tiny fixture model and vocoder on a free loopback port, one CPU thread.
+pub fn tiny_config(voices: PathBuf) -> ServerConfig {
+    let mut config = ServerConfig::new(
+        fixture("models/f5-tiny-v1/model.safetensors"),
+        fixture("vocab.txt"),
+        fixture("models/vocos-tiny/pytorch_model.bin"),
+        voices,
+    );
+    config.addr = "127.0.0.1:0".parse().expect("loopback address");
+    config.threads = 1;
+    config
+}
+
 /// Starts a server whose store holds the fixture voice; `tweak` adjusts the config. With
 /// `paused`, the model thread takes no job until `resume` is called.
 pub async fn start_with(tweak: impl FnOnce(&mut ServerConfig), paused: bool) -> TestServer {
     let voices = temp_dir();
     let store = f5_synth::VoiceStore::open(&voices).expect("voice store");
     store.add(VOICE, TRANSCRIPT, &reference_wav(), "wav", false).expect("fixture voice");
-    let mut config = ServerConfig::new(
-        fixture("models/f5-tiny-v1/model.safetensors"),
-        fixture("vocab.txt"),
-        fixture("models/vocos-tiny/pytorch_model.bin"),
-        voices.clone(),
-    );
-    config.addr = "127.0.0.1:0".parse().expect("loopback address");
-    config.threads = 1;
+    let mut config = tiny_config(voices.clone());
     tweak(&mut config);
     let server = Server::bind(config).await.expect("server starts");
     let addr = server.local_addr();
