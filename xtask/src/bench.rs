@@ -159,10 +159,7 @@ fn kit(root: &Path, o: &Opts) -> Result<()> {
         writeln!(md, "| {bh}×{n}×{d} | {:.0} ms ({:.0} GFLOP/s) | {th_s} | {cmp} |", ours_attn[i] * 1e3, flop / ours_attn[i] / 1e9)?;
     }
     println!("{md}");
-    if o.write {
-        write_section(&root.join("docs/benchmarks.md"), &format!("kit-{}t", o.threads), &md)?;
-        eprintln!("written to docs/benchmarks.md");
-    }
+    record(root, o, &format!("kit-{}t", o.threads), &md, !reference.is_null())?;
     Ok(())
 }
 
@@ -187,6 +184,21 @@ fn run_reference(root: &Path, o: &Opts) -> Result<Value> {
         bail!("{}", String::from_utf8_lossy(&out.stderr));
     }
     Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// Writes a bench's section of docs/benchmarks.md, unless the reference side was not measured:
+/// a one-sided table would replace the side-by-side figures already recorded there.
+fn record(root: &Path, o: &Opts, name: &str, md: &str, reference_measured: bool) -> Result<()> {
+    if !o.write {
+        return Ok(());
+    }
+    if !reference_measured {
+        eprintln!("not written to docs/benchmarks.md: the reference side was not measured");
+        return Ok(());
+    }
+    write_section(&root.join("docs/benchmarks.md"), name, md)?;
+    eprintln!("written to docs/benchmarks.md");
+    Ok(())
 }
 
 /// Replaces the text between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->` (appending the
@@ -316,9 +328,7 @@ fn dit(root: &Path, o: &Opts) -> Result<()> {
         reference.get("load_seconds").and_then(Value::as_f64).map(|t| format!("{t:.1} s")).unwrap_or_else(|| "–".into())
     )?;
     println!("{md}");
-    if o.write {
-        write_section(&root.join("docs/benchmarks.md"), &format!("dit-{}t", o.threads), &md)?;
-    }
+    record(root, o, &format!("dit-{}t", o.threads), &md, theirs.is_some())?;
     Ok(())
 }
 
@@ -357,9 +367,7 @@ fn vocos(root: &Path, o: &Opts) -> Result<()> {
         theirs.map(|t| format!("{:.0}", audio_s / t)).unwrap_or_else(|| "–".into())
     )?;
     println!("{md}");
-    if o.write {
-        write_section(&root.join("docs/benchmarks.md"), &format!("vocos-{}t", o.threads), &md)?;
-    }
+    record(root, o, &format!("vocos-{}t", o.threads), &md, theirs.is_some())?;
     Ok(())
 }
 
@@ -410,8 +418,6 @@ fn text(root: &Path, o: &Opts) -> Result<()> {
         theirs.map(|t| format!("{t:.2} s ({:.2} MB/s)", mb / t)).unwrap_or_else(|| "–".into())
     )?;
     println!("{md}");
-    if o.write {
-        write_section(&root.join("docs/benchmarks.md"), "text", &md)?;
-    }
+    record(root, o, "text", &md, theirs.is_some())?;
     Ok(())
 }
