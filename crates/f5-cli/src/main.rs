@@ -303,13 +303,7 @@ fn vocode(a: &VocodeArgs) -> Result<()> {
 }
 
 fn serve(a: ServeArgs) -> Result<()> {
-    let device = match device::parse(&a.device, &a.precision)? {
-        device::DeviceChoice::Cpu => f5_server::Device::Cpu,
-        #[cfg(feature = "cuda")]
-        device::DeviceChoice::Cuda { ordinal, bf16 } => f5_server::Device::Cuda { ordinal, bf16 },
-        #[cfg(not(feature = "cuda"))]
-        device::DeviceChoice::Cuda { .. } => return Err(device::no_cuda()),
-    };
+    let device = f5_gpukit::DeviceChoice::parse(&a.device, &a.precision)?;
     let hub = resolve::hub(false);
     let Some((first, others)) = a.model.split_first() else { bail!("name a model with --model") };
     let vocab_for = |i: usize| match a.vocab.len() {

@@ -190,17 +190,16 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let vocoder_path = resolve::vocoder(&hub, &args.vocoder)?;
     let started = Instant::now();
     let paths = ModelPaths { model: model_path, vocab: vocab_path, vocoder: vocoder_path };
-    match crate::device::parse(&args.device, &args.precision)? {
-        crate::device::DeviceChoice::Cpu => run_on(CpuBackend::with_threads(args.threads)?, args, text, ext, paths, started),
+    match f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)? {
+        f5_gpukit::DeviceChoice::Cpu => run_on(CpuBackend::with_threads(args.threads)?, args, text, ext, paths, started),
         #[cfg(feature = "cuda")]
-        crate::device::DeviceChoice::Cuda { ordinal, bf16 } => {
-            let options =
-                f5_gpukit::CudaOptions { weights: if bf16 { f5_gpukit::WeightPrecision::Bf16 } else { f5_gpukit::WeightPrecision::F32 } };
+        f5_gpukit::DeviceChoice::Cuda { ordinal, bf16 } => {
+            let options = f5_gpukit::CudaOptions::with_bf16_weights(bf16);
             let kit = f5_gpukit::CudaBackend::with_options(ordinal, options).with_context(|| format!("device cuda:{ordinal}"))?;
             run_on(kit, args, text, ext, paths, started)
         }
         #[cfg(not(feature = "cuda"))]
-        crate::device::DeviceChoice::Cuda { .. } => Err(crate::device::no_cuda()),
+        f5_gpukit::DeviceChoice::Cuda { .. } => Err(crate::device::no_cuda()),
     }
 }
 

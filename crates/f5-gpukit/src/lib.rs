@@ -74,6 +74,48 @@ impl std::str::FromStr for Device {
     }
 }
 
+/// What a user asks to run a model on: a backend, and for CUDA whether the GEMM weights are kept
+/// in bf16. It exists in every build, so a build without the `cuda` feature can still be asked
+/// for CUDA and refuse with the reason (the pipeline's and the daemon's callers match on it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// The CPU backend (its thread count is the caller's separate setting).
+    #[default]
+    Cpu,
+    /// The CUDA backend on GPU `ordinal`; `bf16` keeps a bf16 copy of every GEMM weight.
+    Cuda { ordinal: usize, bf16: bool },
+}
+
+impl DeviceChoice {
+    /// Parses a device name (`cpu`, `cuda`, `gpu`, `cuda:N`; any case) and a weight precision
+    /// (`f32`/`fp32`/`float32`, `bf16`/`bfloat16`). Parsing does not depend on the build.
+    pub fn parse(device: &str, precision: &str) -> Result<Self> {
+        let bf16 = match precision.trim().to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float32" => false,
+            "bf16" | "bfloat16" => true,
+            other => return Err(KitError::Device(format!("weight precision {other:?}: use f32 or bf16"))),
+        };
+        let device = device.trim().to_ascii_lowercase();
+        let choice = match device.as_str() {
+            "cpu" => DeviceChoice::Cpu,
+            "cuda" | "gpu" => DeviceChoice::Cuda { ordinal: 0, bf16 },
+            other => match other.strip_prefix("cuda:") {
+                Some(n) => {
+                    let ordinal = n
+                        .parse::<usize>()
+                        .map_err(|_| KitError::Device(format!("{other:?}: the device number after cuda: must be 0, 1, …")))?;
+                    DeviceChoice::Cuda { ordinal, bf16 }
+                }
+                None => return Err(KitError::Device(format!("{other:?}: use cpu, cuda or cuda:N"))),
+            },
+        };
+        if choice == DeviceChoice::Cpu && bf16 {
+            return Err(KitError::Device("bf16 weights need a CUDA device: the CPU backend computes in f32".into()));
+        }
+        Ok(choice)
+    }
+}
+
 /// Everything an op can refuse.
 #[derive(Debug, thiserror::Error)]
 pub enum KitError {
@@ -242,3 +284,26 @@ impl<B: Backend> Linear<B> {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceChoice;
+
+    #[test]
+    fn device_choices_parse_or_explain() {
+        assert_eq!(DeviceChoice::parse("cpu", "f32").unwrap(), DeviceChoice::Cpu);
+        assert_eq!(DeviceChoice::parse(" CUDA", "BF16").unwrap(), DeviceChoice::Cuda { ordinal: 0, bf16: true });
+        assert_eq!(DeviceChoice::parse("gpu", "fp32").unwrap(), DeviceChoice::Cuda { ordinal: 0, bf16: false });
+        assert_eq!(DeviceChoice::parse("cuda:3", "f32").unwrap(), DeviceChoice::Cuda { ordinal: 3, bf16: false });
+        for (device, precision, needle) in [
+            ("cpu", "bf16", "need a CUDA device"),
+            ("cuda:x", "f32", "device number"),
+            ("cuda:-1", "f32", "device number"),
+            ("tpu", "f32", "use cpu, cuda"),
+            ("cpu", "f16", "use f32 or bf16"),
+        ] {
+            let err = DeviceChoice::parse(device, precision).unwrap_err().to_string();
+            assert!(err.contains(needle), "{device}/{precision}: {err}");
+        }
+    }
+}

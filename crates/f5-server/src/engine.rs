@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use f5_gpukit::CpuBackend;
+use f5_gpukit::{CpuBackend, DeviceChoice};
 use f5_synth::{Audio, SynthError, SynthOptions, Synthesizer, Voice};
 use tokio::sync::oneshot;
 
@@ -110,7 +110,7 @@ pub(crate) struct Loader {
     pub models: Vec<ModelFiles>,
     pub vocoder: PathBuf,
     pub threads: usize,
-    pub device: crate::Device,
+    pub device: f5_gpukit::DeviceChoice,
     pub transcriber: Option<String>,
     pub language: Option<String>,
 }
@@ -137,19 +137,20 @@ impl LoadedModel {
 impl Loader {
     fn open(&self, index: usize) -> Result<LoadedModel, String> {
         match self.device {
-            crate::Device::Cpu => {
+            DeviceChoice::Cpu => {
                 let kit = CpuBackend::with_threads(self.threads).map_err(|e| format!("cannot start {} CPU threads: {e}", self.threads))?;
                 self.open_on(index, kit).map(|s| LoadedModel::Cpu(Box::new(s)))
             }
             #[cfg(feature = "cuda")]
-            crate::Device::Cuda { ordinal, bf16 } => {
-                use f5_gpukit::WeightPrecision;
-                let options = f5_gpukit::CudaOptions { weights: if bf16 { WeightPrecision::Bf16 } else { WeightPrecision::F32 } };
+            DeviceChoice::Cuda { ordinal, bf16 } => {
+                let options = f5_gpukit::CudaOptions::with_bf16_weights(bf16);
                 let kit = f5_gpukit::CudaBackend::with_options(ordinal, options).map_err(|e| format!("device cuda:{ordinal}: {e}"))?;
                 self.open_on(index, kit).map(|s| LoadedModel::Cuda(Box::new(s)))
             }
             #[cfg(not(feature = "cuda"))]
-            crate::Device::Cuda { .. } => Err("this build has no CUDA support".into()),
+            DeviceChoice::Cuda { .. } => {
+                Err("this server was built without CUDA support (the `cuda` feature); rebuild with `cargo build --release -p f5-cli --features cuda`".into())
+            }
         }
     }
 

@@ -27,6 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use engine::PauseGuard;
+/// The server's `device` setting, parsed as the pipeline parses it.
+pub use f5_gpukit::DeviceChoice;
 
 /// Everything `f5 serve` decides.
 #[derive(Clone, Debug)]
@@ -52,8 +54,9 @@ pub struct ServerConfig {
     pub queue_capacity: usize,
     /// CPU threads for the model (0 = all cores).
     pub threads: usize,
-    /// Which backend runs the model.
-    pub device: Device,
+    /// Which backend runs the model (CUDA needs the `cuda` feature; a build without it refuses
+    /// at start, saying so).
+    pub device: DeviceChoice,
     /// Longest text one request may ask for, in UTF-8 bytes (a dialogue: all lines together).
     pub max_text_bytes: usize,
     /// Largest voice upload (the multipart body), in bytes.
@@ -83,7 +86,7 @@ impl ServerConfig {
             unload_after: None,
             queue_capacity: 16,
             threads: 0,
-            device: Device::Cpu,
+            device: DeviceChoice::Cpu,
             max_text_bytes: 5000,
             max_upload_bytes: 20 << 20,
             max_json_bytes: 256 << 10,
@@ -107,17 +110,6 @@ impl ServerConfig {
         }
         Ok(ids)
     }
-}
-
-/// Which backend of the kit the model thread runs on. Every variant exists in every build, so a
-/// build without the `cuda` feature can still be asked for CUDA and refuse with the reason.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Device {
-    /// The CPU backend, with [`ServerConfig::threads`] threads.
-    #[default]
-    Cpu,
-    /// The CUDA backend on GPU `ordinal`; `bf16` keeps the GEMM weights in bfloat16 on the device.
-    Cuda { ordinal: usize, bf16: bool },
 }
 
 /// A checkpoint besides the default one (see [`ServerConfig::more_models`]).
@@ -188,11 +180,6 @@ impl Server {
         }
         if config.unload_after.is_some_and(|d| d.is_zero()) {
             return Err(ServerError::Config("unload-after must be longer than zero".into()));
-        }
-        if matches!(config.device, Device::Cuda { .. }) && !cfg!(feature = "cuda") {
-            return Err(ServerError::Config(
-                "this build has no CUDA support; rebuild with `cargo build --release -p f5-cli --features cuda`".into(),
-            ));
         }
         let model_ids = config.model_ids()?;
         // The further models load only when first asked for; a typo in their paths should

@@ -653,12 +653,12 @@ async fn further_models_are_checked_at_start() {
 async fn a_device_that_cannot_run_stops_the_start() {
     let voices = std::env::temp_dir().join(format!("f5-server-device-check-{}", std::process::id()));
     let mut config = tiny_config(voices.clone());
-    config.device = f5_server::Device::Cuda { ordinal: 99, bf16: false };
+    config.device = f5_server::DeviceChoice::Cuda { ordinal: 99, bf16: false };
     let err = f5_server::Server::bind(config).await.err().expect("GPU 99 is refused").to_string();
     if cfg!(feature = "cuda") {
         assert!(err.contains("cuda:99"), "{err}");
     } else {
-        assert!(err.contains("no CUDA support"), "{err}");
+        assert!(err.contains("built without CUDA support"), "{err}");
     }
     let _ = std::fs::remove_dir_all(&voices);
 }

@@ -44,6 +44,13 @@ pub struct CudaOptions {
     pub weights: WeightPrecision,
 }
 
+impl CudaOptions {
+    /// The options a [`crate::DeviceChoice::Cuda`] asks for.
+    pub fn with_bf16_weights(bf16: bool) -> Self {
+        CudaOptions { weights: if bf16 { WeightPrecision::Bf16 } else { WeightPrecision::F32 } }
+    }
+}
+
 /// A device buffer of `f32` (and, for weights in bf16 mode, its bf16 copy).
 pub struct CudaBuf {
     data: CudaSlice<f32>,

@@ -157,12 +157,20 @@ mod tests {
             .collect()
     }
 
+    /// The kernels found in a module's PTX or source are exactly those its registry lists.
+    fn assert_registered(mut found: Vec<String>, m: &Module, context: &str) {
+        found.sort();
+        let mut want: Vec<String> = m.kernels.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(found, want, "module {}: {context}", m.name);
+    }
+
     /// The registry and the compiled kernels agree. Needs build-time PTX (CI builds with nvcc);
     /// without it the sources are scanned for `extern "C" __global__` instead.
     #[test]
     fn every_ptx_entry_is_registered() {
         for m in modules() {
-            let mut found = match m.ptx {
+            let found = match m.ptx {
                 Some(ptx) => entries(ptx),
                 None => m
                     .source
@@ -178,10 +186,7 @@ mod tests {
                     })
                     .collect(),
             };
-            found.sort();
-            let mut want: Vec<String> = m.kernels.iter().map(|s| s.to_string()).collect();
-            want.sort();
-            assert_eq!(found, want, "module {}: kernels in the source/PTX vs the registry", m.name);
+            assert_registered(found, &m, "kernels in the source/PTX vs the registry");
         }
     }
 
@@ -198,11 +203,7 @@ mod tests {
             let opts = CompileOptions { options: vec!["--gpu-architecture=compute_90".into(), "--std=c++17".into()], ..Default::default() };
             let ptx = cudarc::nvrtc::compile_ptx_with_opts(m.source, opts).unwrap_or_else(|e| panic!("kernels/{}.cu: {e}", m.name));
             let text = ptx.to_src();
-            let mut found = entries(&text);
-            found.sort();
-            let mut want: Vec<String> = m.kernels.iter().map(|s| s.to_string()).collect();
-            want.sort();
-            assert_eq!(found, want, "module {} compiled by NVRTC", m.name);
+            assert_registered(entries(&text), &m, "compiled by NVRTC");
         }
     }
 
