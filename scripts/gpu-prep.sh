@@ -15,7 +15,7 @@ target="${CARGO_TARGET_DIR:-target}"
 mkdir -p "$target"
 log="$target/gpu-prep-artifacts.json"
 cargo test --release -p f5-gpukit --features cuda --no-run --message-format=json-render-diagnostics > "$log"
-cargo build --release -p f5-gpukit --features cuda --example gpu_bench --message-format=json-render-diagnostics >> "$log"
+cargo build --release -p f5-dit --features cuda --example gpu_bench --message-format=json-render-diagnostics >> "$log"
 cargo build --release -p f5-cli --features cuda --bin f5 --message-format=json-render-diagnostics >> "$log"
 rm -rf .gpu && mkdir -p .gpu
 python3 - "$log" <<'PY'

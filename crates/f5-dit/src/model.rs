@@ -9,7 +9,8 @@
 
 use std::path::Path;
 
-use f5_gpukit::{Activation, AttentionSpec, Backend, Conv1dSpec, GemmSpec, Linear, MatLayout, RopeSpec, StridedRows};
+use f5_gpukit::{Activation, AttentionSpec, Backend, Conv1dSpec, GemmSpec, MatLayout, RopeSpec, StridedRows};
+use f5_nn::{ConvNeXtBlock, Linear, NnError, Scope, Weights};
 use f5_torchpt::Checkpoint;
 
 use crate::config::{F5Config, Overrides};
@@ -19,17 +20,6 @@ const EPS: f32 = 1e-6;
 
 /// Receives named intermediate tensors of a forward (see [`F5Model::forward`]).
 pub type Trace<'a> = &'a mut dyn FnMut(&str, Vec<f32>);
-
-struct ConvNeXt<B: Backend> {
-    dw_w: B::Buf,
-    dw_b: B::Buf,
-    norm_w: B::Buf,
-    norm_b: B::Buf,
-    pw1: Linear<B>,
-    grn_gamma: B::Buf,
-    grn_beta: B::Buf,
-    pw2: Linear<B>,
-}
 
 struct Block<B: Backend> {
     /// adaLN projection `[6·dim, dim]`: shift/scale/gate for attention, then for the FF.
@@ -48,7 +38,7 @@ pub struct F5Model<B: Backend> {
     time1: Linear<B>,
     time2: Linear<B>,
     text_table: B::Buf,
-    text_blocks: Vec<ConvNeXt<B>>,
+    text_blocks: Vec<ConvNeXtBlock<B>>,
     input_proj: Linear<B>,
     conv_pos: [(B::Buf, B::Buf); 2],
     blocks: Vec<Block<B>>,
@@ -58,43 +48,20 @@ pub struct F5Model<B: Backend> {
     inv_freq: Vec<f32>,
 }
 
-struct Loader<'a, B: Backend> {
-    kit: &'a B,
-    ckpt: &'a mut Checkpoint,
-    prefix: &'a str,
+impl From<NnError> for DitError {
+    fn from(e: NnError) -> Self {
+        match e {
+            NnError::Missing { tensor, .. } => DitError::Missing { tensor },
+            NnError::Shape { tensor, detail, .. } => DitError::Shape { tensor, detail },
+            NnError::Checkpoint(e) => DitError::Checkpoint(e),
+            NnError::Kit(e) => DitError::Kit(e),
+            ambiguous @ NnError::Ambiguous { .. } => DitError::Config(ambiguous.to_string()),
+        }
+    }
 }
 
-impl<B: Backend> Loader<'_, B> {
-    /// A copy of the tensor; its mapped pages are let go at once, so the file and the copies
-    /// are never resident together (peak memory is the weights once, not twice).
-    fn host(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, DitError> {
-        let full = format!("{}{name}", self.prefix);
-        let meta = self.ckpt.meta(&full).map_err(|_| DitError::Missing { tensor: full.clone() })?;
-        if meta.shape() != shape {
-            return Err(DitError::Shape { tensor: full, detail: format!("found {:?}, the architecture needs {shape:?}", meta.shape()) });
-        }
-        let data = self.ckpt.read_f32(&full)?;
-        self.ckpt.evict(&full);
-        Ok(data)
-    }
-
-    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<B::Buf, DitError> {
-        let data = self.host(name, shape)?;
-        Ok(self.kit.upload(&data)?)
-    }
-
-    fn linear(&mut self, name: &str, out: usize, inp: usize) -> Result<Linear<B>, DitError> {
-        Ok(Linear {
-            weight: {
-                // GEMM weights: a backend may keep a faster lower-precision copy of these.
-                let data = self.host(&format!("{name}.weight"), &[out, inp])?;
-                self.kit.upload_weight(&data)?
-            },
-            bias: self.tensor(&format!("{name}.bias"), &[out])?,
-            out,
-            inp,
-        })
-    }
+fn linear<B: Backend>(l: &mut Scope<'_>, kit: &B, name: &str, out: usize, inp: usize) -> Result<Linear<B>, DitError> {
+    Ok(Linear::load(l, kit, name, out, inp)?)
 }
 
 impl<B: Backend> F5Model<B> {
@@ -102,31 +69,21 @@ impl<B: Backend> F5Model<B> {
     /// The architecture is read from the file ([`F5Config::infer`]).
     pub fn open(path: impl AsRef<Path>, kit: B, overrides: &Overrides) -> Result<Self, DitError> {
         let path = path.as_ref();
-        let mut ckpt = Checkpoint::open(path)?;
+        let ckpt = Checkpoint::open(path)?;
         let config = F5Config::infer(&ckpt, path, overrides)?;
-        Self::from_checkpoint(&mut ckpt, config, kit)
+        Self::from_checkpoint(ckpt, config, kit)
     }
 
     /// Uploads the weights of an already opened checkpoint with a known architecture. Each
-    /// tensor's mapped pages are evicted once copied ([`Checkpoint::evict`]), hence `&mut`.
-    pub fn from_checkpoint(ckpt: &mut Checkpoint, config: F5Config, kit: B) -> Result<Self, DitError> {
+    /// tensor's mapped pages are dropped once copied, so the file and the weights are never
+    /// resident together.
+    pub fn from_checkpoint(ckpt: Checkpoint, config: F5Config, kit: B) -> Result<Self, DitError> {
+        let mut weights = Weights::from_checkpoint(ckpt)?;
         let c = &config;
-        let mut l = Loader { kit: &kit, ckpt, prefix: &c.prefix };
+        let mut l = weights.scope(c.prefix.trim_end_matches('.'));
         let (d, td) = (c.dim, c.text_dim);
         let text_blocks = (0..c.conv_layers)
-            .map(|i| {
-                let p = format!("text_embed.text_blocks.{i}");
-                Ok(ConvNeXt {
-                    dw_w: l.tensor(&format!("{p}.dwconv.weight"), &[td, 1, c.text_conv_kernel])?,
-                    dw_b: l.tensor(&format!("{p}.dwconv.bias"), &[td])?,
-                    norm_w: l.tensor(&format!("{p}.norm.weight"), &[td])?,
-                    norm_b: l.tensor(&format!("{p}.norm.bias"), &[td])?,
-                    pw1: l.linear(&format!("{p}.pwconv1"), 2 * td, td)?,
-                    grn_gamma: l.tensor(&format!("{p}.grn.gamma"), &[1, 1, 2 * td])?,
-                    grn_beta: l.tensor(&format!("{p}.grn.beta"), &[1, 1, 2 * td])?,
-                    pw2: l.linear(&format!("{p}.pwconv2"), td, 2 * td)?,
-                })
-            })
+            .map(|i| Ok(ConvNeXtBlock::load(&mut l, &kit, &format!("text_embed.text_blocks.{i}"), td, 2 * td, c.text_conv_kernel)?))
             .collect::<Result<Vec<_>, DitError>>()?;
         let blocks = (0..c.depth)
             .map(|i| {
@@ -138,42 +95,41 @@ impl<B: Backend> F5Model<B> {
                     b.extend(l.host(&format!("{p}.attn.{which}.bias"), &[d])?);
                 }
                 Ok(Block {
-                    ada: l.linear(&format!("{p}.attn_norm.linear"), 6 * d, d)?,
-                    qkv: Linear { weight: kit.upload_weight(&w)?, bias: kit.upload(&b)?, out: 3 * d, inp: d },
-                    out: l.linear(&format!("{p}.attn.to_out.0"), d, d)?,
-                    ff1: l.linear(&format!("{p}.ff.ff.0.0"), c.ff_inner, d)?,
-                    ff2: l.linear(&format!("{p}.ff.ff.2"), d, c.ff_inner)?,
+                    ada: linear(&mut l, &kit, &format!("{p}.attn_norm.linear"), 6 * d, d)?,
+                    qkv: Linear { weight: kit.upload_weight(&w)?, bias: Some(kit.upload(&b)?), out: 3 * d, inp: d },
+                    out: linear(&mut l, &kit, &format!("{p}.attn.to_out.0"), d, d)?,
+                    ff1: linear(&mut l, &kit, &format!("{p}.ff.ff.0.0"), c.ff_inner, d)?,
+                    ff2: linear(&mut l, &kit, &format!("{p}.ff.ff.2"), d, c.ff_inner)?,
                 })
             })
             .collect::<Result<Vec<_>, DitError>>()?;
         let cp_in = d / c.conv_pos_groups;
         let conv_pos = [
             (
-                l.tensor("input_embed.conv_pos_embed.conv1d.0.weight", &[d, cp_in, c.conv_pos_kernel])?,
-                l.tensor("input_embed.conv_pos_embed.conv1d.0.bias", &[d])?,
+                l.tensor(&kit, "input_embed.conv_pos_embed.conv1d.0.weight", &[d, cp_in, c.conv_pos_kernel])?,
+                l.tensor(&kit, "input_embed.conv_pos_embed.conv1d.0.bias", &[d])?,
             ),
             (
-                l.tensor("input_embed.conv_pos_embed.conv1d.2.weight", &[d, cp_in, c.conv_pos_kernel])?,
-                l.tensor("input_embed.conv_pos_embed.conv1d.2.bias", &[d])?,
+                l.tensor(&kit, "input_embed.conv_pos_embed.conv1d.2.weight", &[d, cp_in, c.conv_pos_kernel])?,
+                l.tensor(&kit, "input_embed.conv_pos_embed.conv1d.2.bias", &[d])?,
             ),
         ];
         let half = c.dim_head / 2;
-        let inv_freq = match l.host("rotary_embed.inv_freq", &[half]) {
-            Ok(v) => v,
+        let inv_freq = match l.host_optional("rotary_embed.inv_freq", &[half])? {
+            Some(v) => v,
             // Not every exporter keeps the buffer; it is a pure function of the head width.
-            Err(DitError::Missing { .. }) => (0..half).map(|j| (1.0 / 10000f64.powf((2 * j) as f64 / c.dim_head as f64)) as f32).collect(),
-            Err(e) => return Err(e),
+            None => (0..half).map(|j| (1.0 / 10000f64.powf((2 * j) as f64 / c.dim_head as f64)) as f32).collect(),
         };
         Ok(F5Model {
-            time1: l.linear("time_embed.time_mlp.0", d, c.time_freq_dim)?,
-            time2: l.linear("time_embed.time_mlp.2", d, d)?,
-            text_table: l.tensor("text_embed.text_embed.weight", &[c.text_rows, td])?,
+            time1: linear(&mut l, &kit, "time_embed.time_mlp.0", d, c.time_freq_dim)?,
+            time2: linear(&mut l, &kit, "time_embed.time_mlp.2", d, d)?,
+            text_table: l.tensor(&kit, "text_embed.text_embed.weight", &[c.text_rows, td])?,
             text_blocks,
-            input_proj: l.linear("input_embed.proj", d, 2 * c.mel_dim + td)?,
+            input_proj: linear(&mut l, &kit, "input_embed.proj", d, 2 * c.mel_dim + td)?,
             conv_pos,
             blocks,
-            norm_out: l.linear("norm_out.linear", 2 * d, d)?,
-            proj_out: l.linear("proj_out", c.mel_dim, d)?,
+            norm_out: linear(&mut l, &kit, "norm_out.linear", 2 * d, d)?,
+            proj_out: linear(&mut l, &kit, "proj_out", c.mel_dim, d)?,
             inv_freq,
             config,
             kit,
@@ -218,20 +174,10 @@ impl<B: Backend> F5Model<B> {
         if let Some(k) = &keep {
             kit.mask_rows(&mut x, n, td, k)?;
         }
-        let mut conv = kit.alloc(n * td)?;
-        let mut normed = kit.alloc(n * td)?;
-        let mut wide = kit.alloc(n * 2 * td)?;
-        let mut back = kit.alloc(n * td)?;
-        let k = c.text_conv_kernel;
+        let Some(first) = self.text_blocks.first() else { return Ok(x) };
+        let mut scratch = first.scratch(kit, n)?;
         for blk in &self.text_blocks {
-            let spec = Conv1dSpec { batch: 1, n, c_in: td, c_out: td, kernel: k, pad: k / 2, groups: td };
-            kit.conv1d(&spec, &x, &blk.dw_w, Some(&blk.dw_b), &mut conv)?;
-            kit.layer_norm(&conv, n, td, EPS, Some((&blk.norm_w, &blk.norm_b)), &mut normed)?;
-            blk.pw1.apply(kit, &normed, n, &mut wide)?;
-            kit.activation(Activation::GeluErf, &mut wide, n * 2 * td)?;
-            kit.grn(&mut wide, 1, n, 2 * td, &blk.grn_gamma, &blk.grn_beta, EPS)?;
-            blk.pw2.apply(kit, &wide, n, &mut back)?;
-            kit.axpy(1.0, &back, &mut x, n * td)?;
+            blk.apply(kit, &mut x, n, &mut scratch)?;
             if let Some(k) = &keep {
                 kit.mask_rows(&mut x, n, td, k)?;
             }
@@ -323,7 +269,7 @@ impl<B: Backend> F5Model<B> {
             c: MatLayout::row_major(d),
             beta: 0.0,
         };
-        kit.gemm(&w_ct, &ct, &self.input_proj.weight, Some(&self.input_proj.bias), &mut base)?;
+        kit.gemm(&w_ct, &ct, &self.input_proj.weight, self.input_proj.bias.as_ref(), &mut base)?;
 
         let half = c.dim_head / 2;
         let mut cos = Vec::with_capacity(n * half);
@@ -408,7 +354,7 @@ impl<B: Backend> F5Model<B> {
         }
         kit.axpy(1.0, &prep.hn, &mut prep.h, bn * d)?;
         let k = c.conv_pos_kernel;
-        let spec = Conv1dSpec { batch: rows, n, c_in: d, c_out: d, kernel: k, pad: k / 2, groups: c.conv_pos_groups };
+        let spec = Conv1dSpec::new(rows, n, d, d, k).pad(k / 2).groups(c.conv_pos_groups);
         kit.conv1d(&spec, &prep.h, &self.conv_pos[0].0, Some(&self.conv_pos[0].1), &mut prep.conv)?;
         kit.activation(Activation::Mish, &mut prep.conv, bn * d)?;
         kit.conv1d(&spec, &prep.conv, &self.conv_pos[1].0, Some(&self.conv_pos[1].1), &mut prep.hn)?;

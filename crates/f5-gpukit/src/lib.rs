@@ -1,5 +1,6 @@
-//! The numeric kit of f5: devices, buffers and one method per operation that the F5-TTS DiT and
-//! the Vocos vocoder need.
+//! The numeric kit of f5: devices, buffers and one method per numeric operation the models need
+//! (the F5-TTS DiT, the Vocos vocoder, Kokoro's StyleTTS2 + ISTFTNet). Layers and weight loading
+//! live one level up, in `f5-nn`.
 //!
 //! Model code is written once, generic over [`Backend`], and runs unchanged on every backend:
 //! [`CpuBackend`] (always available: multi-threaded with rayon, GEMMs through the `gemm` crate)
@@ -25,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod check;
 mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -33,7 +35,10 @@ mod spec;
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaBackend, CudaBuf, CudaOptions, WeightPrecision};
-pub use spec::{Activation, AttentionSpec, Conv1dSpec, GemmSpec, MatLayout, RopeSpec, StridedRows};
+pub use spec::{
+    Activation, AttentionSpec, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, MatLayout,
+    Pad1dSpec, PadMode, RopeSpec, StftSpec, StridedRows,
+};
 
 use std::fmt;
 
@@ -136,18 +141,6 @@ pub(crate) fn shape_err(op: &'static str, detail: impl Into<String>) -> KitError
     KitError::Shape { op, detail: detail.into() }
 }
 
-/// Every backend checks its operands the same way before touching memory.
-pub(crate) fn need(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
-    if have < want {
-        return Err(shape_err(op, format!("{name} has {have} values, need {want}")));
-    }
-    Ok(())
-}
-
-pub(crate) fn checked_mul(op: &'static str, a: usize, b: usize) -> Result<usize> {
-    a.checked_mul(b).ok_or_else(|| shape_err(op, format!("{a}×{b} overflows")))
-}
-
 /// One implementation of every op. See the crate docs for the conventions.
 ///
 /// The buffer type is associated rather than boxed so that a model generic over `B: Backend`
@@ -235,8 +228,79 @@ pub trait Backend: Send + Sync {
 
     // ── convolution ────────────────────────────────────────────────────────────────────────
     /// 1-D convolution over the sequence axis of channels-last `[batch, n, c_in]` activations
-    /// with a PyTorch weight `[c_out, c_in/groups, kernel]`: depthwise, grouped or dense.
+    /// with a PyTorch weight `[c_out, c_in/groups, kernel]`: depthwise, grouped or dense, any
+    /// stride, dilation and padding mode; see [`Conv1dSpec`].
     fn conv1d(&self, spec: &Conv1dSpec, x: &Self::Buf, weight: &Self::Buf, bias: Option<&Self::Buf>, y: &mut Self::Buf) -> Result<()>;
+
+    /// Transposed 1-D convolution (`nn.ConvTranspose1d`) of channels-last `[batch, n, c_in]` with
+    /// a PyTorch weight `[c_in, c_out/groups, kernel]` into `[batch, n_out, c_out]`; see
+    /// [`ConvTranspose1dSpec`].
+    fn conv_transpose1d(
+        &self,
+        spec: &ConvTranspose1dSpec,
+        x: &Self::Buf,
+        weight: &Self::Buf,
+        bias: Option<&Self::Buf>,
+        y: &mut Self::Buf,
+    ) -> Result<()>;
+
+    // ── recurrence ─────────────────────────────────────────────────────────────────────────
+    /// The sequential part of one LSTM direction, exact for each item's own length; see
+    /// [`LstmSpec`]. `state0` is the initial `(h, c)`, each `[batch, hidden]` (zeros if `None`).
+    fn lstm(
+        &self,
+        spec: &LstmSpec,
+        lengths: &[usize],
+        gates_x: &Self::Buf,
+        w_hh: &Self::Buf,
+        state0: Option<(&Self::Buf, &Self::Buf)>,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+
+    // ── sequence normalisation and resampling ──────────────────────────────────────────────
+    /// Instance norm over the rows of every channel of every item (see [`InstanceNormSpec`]),
+    /// then the optional affine `weight·y + bias` (`[c]` each), then the optional style
+    /// modulation `(1 + γ)·y + β` with `γ = style[b·2c..b·2c + c]`, `β = style[b·2c + c..(b+1)·2c]`
+    /// per item — StyleTTS2's AdaIN, whose `fc(s)` writes γ then β.
+    fn instance_norm(
+        &self,
+        spec: &InstanceNormSpec,
+        x: &Self::Buf,
+        affine: Option<(&Self::Buf, &Self::Buf)>,
+        style: Option<&Self::Buf>,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+
+    /// Snake, in place on `[rows, c]`: `x + sin²(α·x)/α` with a per-channel `α` (`[c]`),
+    /// computed as `x + (1/α)·sin(α·x)²` like the reference.
+    fn snake(&self, x: &mut Self::Buf, rows: usize, c: usize, alpha: &Self::Buf) -> Result<()>;
+
+    /// Nearest-neighbour upsampling along the rows: `[batch, n, c]` → `[batch, n·factor, c]`,
+    /// every row repeated `factor` times.
+    #[allow(clippy::too_many_arguments)]
+    fn upsample_nearest(&self, x: &Self::Buf, batch: usize, n: usize, c: usize, factor: usize, out: &mut Self::Buf) -> Result<()>;
+
+    /// Linear interpolation along the rows; see [`InterpolateSpec`].
+    fn interpolate_linear(&self, spec: &InterpolateSpec, x: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
+
+    /// Zero, reflection or replication padding along the rows; see [`Pad1dSpec`].
+    fn pad1d(&self, spec: &Pad1dSpec, x: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
+
+    /// Running sum along the rows of `[batch, n, c]`, accumulated in f64 and rounded once per
+    /// output (PyTorch's CPU `cumsum` of f32 accumulates in double: an f32 running sum drifts
+    /// away from it over thousands of rows).
+    fn cumsum(&self, x: &Self::Buf, batch: usize, n: usize, c: usize, out: &mut Self::Buf) -> Result<()>;
+
+    // ── spectra ────────────────────────────────────────────────────────────────────────────
+    /// `torch.stft` of `[batch, samples]` (see [`StftSpec`]) as magnitude and phase
+    /// `[batch, frames, bins]`. The DC and Nyquist bins have an imaginary part of exactly +0,
+    /// so their phase is exactly 0 or +π, as in PyTorch.
+    fn stft(&self, spec: &StftSpec, signal: &Self::Buf, mag: &mut Self::Buf, phase: &mut Self::Buf) -> Result<()>;
+
+    /// `torch.istft(mag·e^{i·phase})` into `[batch, samples]`: the one-sided inverse DFT (interior
+    /// bins counted twice, the imaginary parts of DC and Nyquist ignored), windowed overlap-add,
+    /// divided by the summed squared window, `center` trimmed.
+    fn istft(&self, spec: &StftSpec, mag: &Self::Buf, phase: &Self::Buf, signal: &mut Self::Buf) -> Result<()>;
 
     // ── elementwise ────────────────────────────────────────────────────────────────────────
     /// In place over `x[..len]`.
@@ -262,22 +326,6 @@ pub trait Backend: Send + Sync {
     /// phases): `mag = min(exp(h), mag_max)`, `re = mag·cos(p)`, `im = mag·sin(p)`, each `[frames, bins]`.
     fn polar_spectrum(&self, h: &Self::Buf, frames: usize, bins: usize, mag_max: f32, re: &mut Self::Buf, im: &mut Self::Buf)
         -> Result<()>;
-}
-
-/// A PyTorch `nn.Linear` on a device: weight `[out, inp]` used in place (no transposed copy) and
-/// bias `[out]`. Both models are mostly these.
-pub struct Linear<B: Backend> {
-    pub weight: B::Buf,
-    pub bias: B::Buf,
-    pub out: usize,
-    pub inp: usize,
-}
-
-impl<B: Backend> Linear<B> {
-    /// `y[rows, out] = x[rows, inp] · Wᵀ + b`.
-    pub fn apply(&self, kit: &B, x: &B::Buf, rows: usize, y: &mut B::Buf) -> Result<()> {
-        kit.gemm(&GemmSpec::linear(rows, self.inp, self.out), x, &self.weight, Some(&self.bias), y)
-    }
 }
 
 /// The README's example, compiled and run as a doctest so it cannot rot.

@@ -188,9 +188,65 @@ impl RopeSpec {
     }
 }
 
-/// A 1-D convolution over the sequence axis of channels-last activations; PyTorch semantics
-/// (`stride 1`, `dilation 1`, zero padding `pad` on both sides, output length `n + 2·pad − kernel + 1`).
-#[derive(Clone, Copy, Debug)]
+/// How a 1-D op fills the positions before the first and after the last input row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PadMode {
+    /// Zeros (PyTorch's default `padding_mode="zeros"`).
+    #[default]
+    Zeros,
+    /// Mirror without repeating the edge (`ReflectionPad1d`, `padding_mode="reflect"`): needs `pad < n`.
+    Reflect,
+    /// Repeat the edge row (`ReplicationPad1d`, `padding_mode="replicate"`).
+    Replicate,
+}
+
+impl PadMode {
+    /// The input row that padded position `p` (in `0..n + left + right`, where the input starts at
+    /// `left`) reads, or `None` for a zero. The caller has checked `n > 0` and, for `Reflect`,
+    /// that both pads are `< n`.
+    #[inline]
+    pub fn source(self, p: usize, left: usize, n: usize) -> Option<usize> {
+        let i = p as isize - left as isize;
+        let n = n as isize;
+        if (0..n).contains(&i) {
+            return Some(i as usize);
+        }
+        match self {
+            PadMode::Zeros => None,
+            PadMode::Reflect => Some(if i < 0 { (-i) as usize } else { (2 * (n - 1) - i) as usize }),
+            PadMode::Replicate => Some(if i < 0 { 0 } else { (n - 1) as usize }),
+        }
+    }
+
+    fn check(self, op: &'static str, left: usize, right: usize, n: usize) -> Result<()> {
+        match self {
+            PadMode::Reflect if left.max(right) >= n && left.max(right) > 0 => {
+                Err(shape_err(op, format!("reflect padding {left}/{right} needs a longer input than {n} rows")))
+            }
+            PadMode::Replicate if n == 0 && left.max(right) > 0 => Err(shape_err(op, "replicate padding of an empty input")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `a·b·…` with every product checked: the total element count of a shape, or a shape error.
+pub(crate) fn product(op: &'static str, dims: &[usize]) -> Result<usize> {
+    dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d).ok_or_else(|| shape_err(op, format!("shape {dims:?} overflows"))))
+}
+
+/// Refuses an operand shorter than the op needs.
+pub(crate) fn operand(op: &'static str, name: &str, have: usize, want: usize) -> Result<()> {
+    if have < want {
+        return Err(shape_err(op, format!("{name} has {have} values, need {want}")));
+    }
+    Ok(())
+}
+
+/// A 1-D convolution over the sequence axis of channels-last activations `[batch, n, c_in]`
+/// with a PyTorch weight `[c_out, c_in/groups, kernel]` (dense, grouped or depthwise), PyTorch
+/// semantics: `pad` rows on both sides (filled as `pad_mode` says), then
+/// `y[t] = Σ_k w[k]·x[t·stride + k·dilation]`, `n_out = (n + 2·pad − dilation·(kernel−1) − 1)/stride + 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conv1dSpec {
     pub batch: usize,
     pub n: usize,
@@ -199,11 +255,55 @@ pub struct Conv1dSpec {
     pub kernel: usize,
     pub pad: usize,
     pub groups: usize,
+    pub stride: usize,
+    pub dilation: usize,
+    pub pad_mode: PadMode,
 }
 
 impl Conv1dSpec {
+    /// A dense convolution, stride 1, dilation 1, no padding; set the rest with the builders.
+    pub fn new(batch: usize, n: usize, c_in: usize, c_out: usize, kernel: usize) -> Self {
+        Conv1dSpec { batch, n, c_in, c_out, kernel, pad: 0, groups: 1, stride: 1, dilation: 1, pad_mode: PadMode::Zeros }
+    }
+
+    /// A depthwise convolution (`groups = c_in = c_out`) with "same" padding `kernel / 2`.
+    pub fn depthwise(batch: usize, n: usize, channels: usize, kernel: usize) -> Self {
+        Self::new(batch, n, channels, channels, kernel).pad(kernel / 2).groups(channels)
+    }
+
+    pub fn pad(mut self, pad: usize) -> Self {
+        self.pad = pad;
+        self
+    }
+    pub fn groups(mut self, groups: usize) -> Self {
+        self.groups = groups;
+        self
+    }
+    pub fn stride(mut self, stride: usize) -> Self {
+        self.stride = stride;
+        self
+    }
+    pub fn dilation(mut self, dilation: usize) -> Self {
+        self.dilation = dilation;
+        self
+    }
+    pub fn pad_mode(mut self, mode: PadMode) -> Self {
+        self.pad_mode = mode;
+        self
+    }
+
+    /// The receptive field of one output row: `dilation·(kernel − 1) + 1`.
+    pub fn span(&self) -> usize {
+        self.dilation.saturating_mul(self.kernel.saturating_sub(1)).saturating_add(1)
+    }
+
+    /// Output rows per item (0 when the kernel does not fit or the spec is invalid).
     pub fn n_out(&self) -> usize {
-        (self.n + 2 * self.pad + 1).saturating_sub(self.kernel)
+        let padded = self.n.saturating_add(self.pad.saturating_mul(2));
+        if self.kernel == 0 || self.stride == 0 || padded < self.span() {
+            return 0;
+        }
+        (padded - self.span()) / self.stride + 1
     }
 
     pub(crate) fn validate(&self, x: usize, w: usize, bias: Option<usize>, y: usize) -> Result<()> {
@@ -211,36 +311,315 @@ impl Conv1dSpec {
         if self.groups == 0 || !self.c_in.is_multiple_of(self.groups) || !self.c_out.is_multiple_of(self.groups) {
             return Err(shape_err(op, format!("groups {} must divide c_in {} and c_out {}", self.groups, self.c_in, self.c_out)));
         }
-        if self.kernel == 0 || self.n + 2 * self.pad < self.kernel {
-            return Err(shape_err(op, format!("kernel {} does not fit n {} with pad {}", self.kernel, self.n, self.pad)));
+        if self.stride == 0 || self.dilation == 0 {
+            return Err(shape_err(op, format!("stride {} and dilation {} must be ≥ 1", self.stride, self.dilation)));
         }
-        let need_x = self.batch * self.n * self.c_in;
-        let need_w = self.c_out * (self.c_in / self.groups) * self.kernel;
-        let need_y = self.batch * self.n_out() * self.c_out;
-        if x < need_x {
-            return Err(shape_err(op, format!("x has {x} values, need {need_x}")));
-        }
-        if w < need_w {
-            return Err(shape_err(op, format!("weight has {w} values, need {need_w}")));
-        }
-        if let Some(b) = bias {
-            if b < self.c_out {
-                return Err(shape_err(op, format!("bias has {b} values, need {}", self.c_out)));
+        let padded = self.pad.checked_mul(2).and_then(|p| p.checked_add(self.n));
+        let span = self.dilation.checked_mul(self.kernel.saturating_sub(1)).and_then(|s| s.checked_add(1));
+        match (padded, span) {
+            (Some(p), Some(s)) if self.kernel > 0 && p >= s => {}
+            _ => {
+                return Err(shape_err(
+                    op,
+                    format!("kernel {} (dilation {}) does not fit n {} with pad {}", self.kernel, self.dilation, self.n, self.pad),
+                ))
             }
         }
-        if y < need_y {
-            return Err(shape_err(op, format!("y has {y} values, need {need_y}")));
+        self.pad_mode.check(op, self.pad, self.pad, self.n)?;
+        operand(op, "x", x, product(op, &[self.batch, self.n, self.c_in])?)?;
+        operand(op, "weight", w, product(op, &[self.c_out, self.c_in / self.groups, self.kernel])?)?;
+        if let Some(b) = bias {
+            operand(op, "bias", b, self.c_out)?;
+        }
+        operand(op, "y", y, product(op, &[self.batch, self.n_out(), self.c_out])?)
+    }
+}
+
+/// A transposed 1-D convolution (`nn.ConvTranspose1d`, dilation 1) over channels-last
+/// `[batch, n, c_in]` with a PyTorch weight `[c_in, c_out/groups, kernel]`:
+/// input row `i` adds `x[i]·w[k]` into output row `i·stride + k − pad`;
+/// `n_out = (n − 1)·stride − 2·pad + kernel + output_padding`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTranspose1dSpec {
+    pub batch: usize,
+    pub n: usize,
+    pub c_in: usize,
+    pub c_out: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub pad: usize,
+    pub output_padding: usize,
+    pub groups: usize,
+}
+
+impl ConvTranspose1dSpec {
+    /// Dense, stride `stride`, no padding; set the rest with the builders.
+    pub fn new(batch: usize, n: usize, c_in: usize, c_out: usize, kernel: usize, stride: usize) -> Self {
+        ConvTranspose1dSpec { batch, n, c_in, c_out, kernel, stride, pad: 0, output_padding: 0, groups: 1 }
+    }
+    pub fn pad(mut self, pad: usize) -> Self {
+        self.pad = pad;
+        self
+    }
+    pub fn output_padding(mut self, output_padding: usize) -> Self {
+        self.output_padding = output_padding;
+        self
+    }
+    pub fn groups(mut self, groups: usize) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    /// Output rows per item (0 for an empty input or an invalid spec).
+    pub fn n_out(&self) -> usize {
+        if self.n == 0 {
+            return 0;
+        }
+        ((self.n - 1).saturating_mul(self.stride))
+            .saturating_add(self.kernel)
+            .saturating_add(self.output_padding)
+            .saturating_sub(self.pad.saturating_mul(2))
+    }
+
+    pub(crate) fn validate(&self, x: usize, w: usize, bias: Option<usize>, y: usize) -> Result<()> {
+        let op = "conv_transpose1d";
+        if self.groups == 0 || !self.c_in.is_multiple_of(self.groups) || !self.c_out.is_multiple_of(self.groups) {
+            return Err(shape_err(op, format!("groups {} must divide c_in {} and c_out {}", self.groups, self.c_in, self.c_out)));
+        }
+        if self.stride == 0 || self.kernel == 0 {
+            return Err(shape_err(op, format!("stride {} and kernel {} must be ≥ 1", self.stride, self.kernel)));
+        }
+        if self.output_padding >= self.stride {
+            return Err(shape_err(op, format!("output_padding {} must be smaller than stride {}", self.output_padding, self.stride)));
+        }
+        let full = (self.n.max(1) - 1)
+            .checked_mul(self.stride)
+            .and_then(|v| v.checked_add(self.kernel))
+            .and_then(|v| v.checked_add(self.output_padding))
+            .ok_or_else(|| shape_err(op, "output length overflows"))?;
+        if self.pad.checked_mul(2).is_none_or(|p| p >= full) {
+            return Err(shape_err(op, format!("pad {} leaves no output of the {full} rows", self.pad)));
+        }
+        operand(op, "x", x, product(op, &[self.batch, self.n, self.c_in])?)?;
+        operand(op, "weight", w, product(op, &[self.c_in, self.c_out / self.groups, self.kernel])?)?;
+        if let Some(b) = bias {
+            operand(op, "bias", b, self.c_out)?;
+        }
+        operand(op, "y", y, product(op, &[self.batch, self.n_out(), self.c_out])?)
+    }
+}
+
+/// The recurrence of one LSTM direction over `[batch, n]` steps with PyTorch's gate order
+/// (i, f, g, o). The input projection `x·W_ihᵀ + b_ih + b_hh` of every step is computed before
+/// (one GEMM) and passed as `gates_x` `[batch, n, 4·hidden]`; this op runs only the sequential
+/// part `gates = gates_x[t] + h·W_hhᵀ` with `W_hh` `[4·hidden, hidden]`.
+///
+/// Item `b` runs over its own first `lengths[b]` steps only — forward `0..len`, or, with
+/// `reverse`, `len−1` down to 0 — and its output rows `len..n` are zero, which is exactly what
+/// PyTorch's `pack_padded_sequence` path computes for a padded batch. (Running the reverse
+/// direction over the padded buffer would start it on padding: wrong for every shorter item.)
+/// Output row `b·n + t` holds `hidden` values at `out.offset + (b·n + t)·out.row_stride`, so the
+/// two directions of a bidirectional layer write the two halves of one `[batch·n, 2·hidden]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LstmSpec {
+    pub batch: usize,
+    pub n: usize,
+    pub hidden: usize,
+    pub reverse: bool,
+    pub out: StridedRows,
+}
+
+impl LstmSpec {
+    pub(crate) fn validate(
+        &self,
+        lengths: &[usize],
+        gates_x: usize,
+        w_hh: usize,
+        state0: Option<(usize, usize)>,
+        out: usize,
+    ) -> Result<()> {
+        let op = "lstm";
+        if lengths.len() != self.batch {
+            return Err(shape_err(op, format!("{} lengths for a batch of {}", lengths.len(), self.batch)));
+        }
+        if let Some((b, &len)) = lengths.iter().enumerate().find(|(_, &l)| l > self.n) {
+            return Err(shape_err(op, format!("item {b} has length {len} > n {}", self.n)));
+        }
+        let g4 = product(op, &[4, self.hidden])?;
+        operand(op, "gates_x", gates_x, product(op, &[self.batch, self.n, g4])?)?;
+        operand(op, "w_hh", w_hh, product(op, &[g4, self.hidden])?)?;
+        if let Some((h0, c0)) = state0 {
+            let need = product(op, &[self.batch, self.hidden])?;
+            operand(op, "h0", h0, need)?;
+            operand(op, "c0", c0, need)?;
+        }
+        let rows = product(op, &[self.batch, self.n])?;
+        if rows > 0 && self.hidden > 0 {
+            if self.out.row_stride < self.hidden {
+                return Err(shape_err(op, format!("out row_stride {} < hidden {}", self.out.row_stride, self.hidden)));
+            }
+            let need = (rows - 1)
+                .checked_mul(self.out.row_stride)
+                .and_then(|v| v.checked_add(self.out.offset))
+                .and_then(|v| v.checked_add(self.hidden))
+                .ok_or_else(|| shape_err(op, "out layout overflows"))?;
+            operand(op, "out", out, need)?;
         }
         Ok(())
     }
 }
 
-/// The pointwise nonlinearities of F5 and Vocos. GELU comes in two forms that are different
-/// functions: the ConvNeXt blocks use the exact erf form, the DiT feed-forward the tanh one.
+/// Instance normalisation of channels-last `[batch, n, c]`: every channel of every item is
+/// normalised over its `n` rows (biased variance, `eps`), as `nn.InstanceNorm1d` without running
+/// statistics. See [`crate::Backend::instance_norm`] for the optional affine and style.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InstanceNormSpec {
+    pub batch: usize,
+    pub n: usize,
+    pub c: usize,
+    pub eps: f32,
+}
+
+impl InstanceNormSpec {
+    pub(crate) fn validate(&self, x: usize, affine: Option<(usize, usize)>, style: Option<usize>, out: usize) -> Result<()> {
+        let op = "instance_norm";
+        let total = product(op, &[self.batch, self.n, self.c])?;
+        operand(op, "x", x, total)?;
+        operand(op, "out", out, total)?;
+        if let Some((w, b)) = affine {
+            operand(op, "weight", w, self.c)?;
+            operand(op, "bias", b, self.c)?;
+        }
+        if let Some(s) = style {
+            operand(op, "style", s, product(op, &[self.batch, 2, self.c])?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Linear interpolation along the rows of channels-last `[batch, n_in, c]` into
+/// `[batch, n_out, c]`, as `F.interpolate(mode="linear", align_corners=False)`: output row `t`
+/// reads source position `max((t + 0.5)·ratio − 0.5, 0)` where `ratio` is what PyTorch uses —
+/// `1/scale_factor` when a scale factor was given, else `n_in / n_out` (see [`InterpolateSpec::by_scale`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InterpolateSpec {
+    pub batch: usize,
+    pub n_in: usize,
+    pub n_out: usize,
+    pub c: usize,
+    /// Source rows per output row, in f32 as PyTorch's CPU kernel computes it.
+    pub ratio: f32,
+}
+
+impl InterpolateSpec {
+    /// `F.interpolate(x, scale_factor=scale, mode="linear")`: `n_out = floor(n_in·scale)`,
+    /// ratio `1/scale` (computed in f64, then rounded to f32, as PyTorch does).
+    pub fn by_scale(batch: usize, n_in: usize, c: usize, scale: f64) -> Self {
+        let n_out = (n_in as f64 * scale).floor().max(0.0) as usize;
+        InterpolateSpec { batch, n_in, n_out, c, ratio: (1.0 / scale) as f32 }
+    }
+
+    pub(crate) fn validate(&self, x: usize, out: usize) -> Result<()> {
+        let op = "interpolate_linear";
+        if !(self.ratio.is_finite() && self.ratio > 0.0) {
+            return Err(shape_err(op, format!("ratio {} must be finite and positive", self.ratio)));
+        }
+        if self.n_in == 0 && self.n_out > 0 {
+            return Err(shape_err(op, "cannot interpolate an empty input"));
+        }
+        operand(op, "x", x, product(op, &[self.batch, self.n_in, self.c])?)?;
+        operand(op, "out", out, product(op, &[self.batch, self.n_out, self.c])?)
+    }
+}
+
+/// Padding of channels-last `[batch, n, c]` along the rows into `[batch, left + n + right, c]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pad1dSpec {
+    pub batch: usize,
+    pub n: usize,
+    pub c: usize,
+    pub left: usize,
+    pub right: usize,
+    pub mode: PadMode,
+}
+
+impl Pad1dSpec {
+    pub fn n_out(&self) -> usize {
+        self.n.saturating_add(self.left).saturating_add(self.right)
+    }
+
+    pub(crate) fn validate(&self, x: usize, out: usize) -> Result<()> {
+        let op = "pad1d";
+        self.mode.check(op, self.left, self.right, self.n)?;
+        let n_out = self.n.checked_add(self.left).and_then(|v| v.checked_add(self.right)).ok_or_else(|| shape_err(op, "overflow"))?;
+        operand(op, "x", x, product(op, &[self.batch, self.n, self.c])?)?;
+        operand(op, "out", out, product(op, &[self.batch, n_out, self.c])?)
+    }
+}
+
+/// A short-time Fourier transform with a periodic Hann window of `n_fft` samples (`win_length =
+/// n_fft`), hop `hop`, `center=True` with reflect padding — `torch.stft`/`torch.istft` as the
+/// ISTFTNet generator calls them. Spectra are channels-last `[batch, frames, n_fft/2 + 1]` in
+/// polar form (magnitude, phase). Every signal has `samples = hop·(frames − 1)` samples
+/// (`torch.stft` of such a signal gives `frames` frames, `torch.istft` of them returns it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StftSpec {
+    pub batch: usize,
+    pub frames: usize,
+    pub n_fft: usize,
+    pub hop: usize,
+}
+
+impl StftSpec {
+    /// The spec of `torch.stft` on `samples` samples: `frames = samples/hop + 1`.
+    pub fn for_samples(batch: usize, samples: usize, n_fft: usize, hop: usize) -> Self {
+        StftSpec { batch, frames: samples.checked_div(hop).unwrap_or(0) + 1, n_fft, hop }
+    }
+    pub fn bins(&self) -> usize {
+        self.n_fft / 2 + 1
+    }
+    /// Samples per item of the time signal: `hop·(frames − 1)`.
+    pub fn samples(&self) -> usize {
+        self.hop.saturating_mul(self.frames.saturating_sub(1))
+    }
+
+    pub(crate) fn validate(&self, op: &'static str, signal: usize, mag: usize, phase: usize) -> Result<()> {
+        if self.n_fft < 2 || !self.n_fft.is_multiple_of(2) || self.hop == 0 || self.hop > self.n_fft {
+            return Err(shape_err(op, format!("n_fft {} must be even and ≥ 2, hop {} in 1..=n_fft", self.n_fft, self.hop)));
+        }
+        if self.frames == 0 {
+            return Err(shape_err(op, "no frames"));
+        }
+        let samples = product(op, &[self.hop, self.frames - 1])?;
+        if op == "istft" && self.hop > self.n_fft / 2 {
+            // The Hann² envelope has zeros between frames past half-overlap: torch.istft refuses too.
+            return Err(shape_err(op, format!("hop {} over n_fft/2 leaves gaps the window cannot cover", self.hop)));
+        }
+        if op == "stft" && samples <= self.n_fft / 2 {
+            return Err(shape_err(op, format!("{samples} samples are too few to reflect-pad by {}", self.n_fft / 2)));
+        }
+        operand(op, "signal", signal, product(op, &[self.batch, samples])?)?;
+        let spec = product(op, &[self.batch, self.frames, self.bins()])?;
+        operand(op, "magnitude", mag, spec)?;
+        operand(op, "phase", phase, spec)
+    }
+}
+
+/// The pointwise functions, some with a parameter. GELU comes in two forms that are different
+/// functions: the ConvNeXt blocks use the exact erf form, the DiT feed-forward and ALBERT the tanh
+/// one; the LeakyReLU slope differs between places of one model (Kokoro: 0.2, 0.1 and 0.01).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
     GeluErf,
     GeluTanh,
     Silu,
     Mish,
+    /// `x` for `x ≥ 0`, `slope·x` below.
+    LeakyRelu(f32),
+    Sigmoid,
+    Tanh,
+    Sin,
+    Exp,
+    /// `factor·x` (a residual's `1/√2`, a mean's `1/k`).
+    Scale(f32),
 }

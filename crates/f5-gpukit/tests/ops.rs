@@ -6,7 +6,13 @@
 //! Inputs are uniform in [-1, 1] (deterministic), so every reference value is O(1) and an
 //! absolute tolerance is meaningful. Each tolerance is stated where it is used, with its reason.
 
-use f5_gpukit::{Activation, AttentionSpec, Backend, Conv1dSpec, GemmSpec, MatLayout, RopeSpec, StridedRows};
+// The f64 references index like the formulas they transcribe.
+#![allow(clippy::needless_range_loop)]
+
+use f5_gpukit::{
+    Activation, AttentionSpec, Backend, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, MatLayout,
+    Pad1dSpec, PadMode, RopeSpec, StftSpec, StridedRows,
+};
 
 /// Values after each output that no op may touch.
 const GUARD: usize = 17;
@@ -338,9 +344,24 @@ pub fn merge_heads<B: Backend>(kit: &B) {
 
 // ── convolution ──────────────────────────────────────────────────────────────────────────────
 
+/// The padded input position `p` read from an input of `n` rows with `left` rows of padding.
+fn ref_pad_source(mode: PadMode, p: isize, left: usize, n: usize) -> Option<usize> {
+    let i = p - left as isize;
+    let n = n as isize;
+    if (0..n).contains(&i) {
+        return Some(i as usize);
+    }
+    match mode {
+        PadMode::Zeros => None,
+        PadMode::Reflect => Some(if i < 0 { -i } else { 2 * (n - 1) - i } as usize),
+        PadMode::Replicate => Some(if i < 0 { 0 } else { n - 1 } as usize),
+    }
+}
+
 fn ref_conv(s: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f64> {
     let (cin_g, cout_g) = (s.c_in / s.groups, s.c_out / s.groups);
-    let n_out = s.n_out();
+    let n_out = (s.n + 2 * s.pad - s.dilation * (s.kernel - 1) - 1) / s.stride + 1;
+    assert_eq!(n_out, s.n_out(), "n_out of {s:?}");
     let mut y = vec![0.0f64; s.batch * n_out * s.c_out];
     for b in 0..s.batch {
         for t in 0..n_out {
@@ -349,10 +370,9 @@ fn ref_conv(s: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f
                 let mut acc = bias.map_or(0.0, |bv| bv[co] as f64);
                 for ci in 0..cin_g {
                     for k in 0..s.kernel {
-                        let src = t as isize + k as isize - s.pad as isize;
-                        if src >= 0 && (src as usize) < s.n {
-                            acc +=
-                                w[(co * cin_g + ci) * s.kernel + k] as f64 * x[(b * s.n + src as usize) * s.c_in + g * cin_g + ci] as f64;
+                        let p = (t * s.stride + k * s.dilation) as isize;
+                        if let Some(src) = ref_pad_source(s.pad_mode, p, s.pad, s.n) {
+                            acc += w[(co * cin_g + ci) * s.kernel + k] as f64 * x[(b * s.n + src) * s.c_in + g * cin_g + ci] as f64;
                         }
                     }
                 }
@@ -365,7 +385,7 @@ fn ref_conv(s: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f
 
 pub fn conv1d<B: Backend>(kit: &B) {
     let mut rng = Rng::new(9);
-    let c = |batch, n, c_in, c_out, kernel, pad, groups| Conv1dSpec { batch, n, c_in, c_out, kernel, pad, groups };
+    let c = |batch, n, c_in, c_out, kernel, pad, groups| Conv1dSpec::new(batch, n, c_in, c_out, kernel).pad(pad).groups(groups);
     let cases = [
         // depthwise k=7 (ConvNeXt), including sequences shorter than the kernel
         c(1, 1, 5, 5, 7, 3, 5),
@@ -380,6 +400,19 @@ pub fn conv1d<B: Backend>(kit: &B) {
         c(1, 12, 6, 4, 3, 0, 1),
         // grouped with a channel multiplier
         c(1, 9, 4, 8, 3, 1, 2),
+        // Kokoro: dilated resblock convs (k 3/7/11, dilation 3/5, "same" padding), strided
+        // F0/N convs (k3 s2 p1) and noise convs (k12 s6 p3), a kernel past 64 taps
+        c(1, 40, 16, 16, 3, 3, 1).dilation(3),
+        c(2, 33, 8, 8, 7, 15, 1).dilation(5),
+        c(1, 30, 6, 6, 11, 25, 6).dilation(5),
+        c(1, 17, 1, 1, 3, 1, 1).stride(2),
+        c(1, 61, 22, 16, 12, 3, 1).stride(6),
+        c(2, 80, 3, 4, 70, 35, 1),
+        c(1, 90, 4, 4, 67, 0, 4).stride(3).dilation(1),
+        // reflect and replicate padding, plain and depthwise
+        c(1, 9, 5, 3, 5, 2, 1).pad_mode(PadMode::Reflect),
+        c(2, 6, 4, 4, 3, 1, 4).pad_mode(PadMode::Reflect).stride(2),
+        c(1, 7, 3, 2, 4, 3, 1).pad_mode(PadMode::Replicate).dilation(2),
     ];
     for spec in cases {
         let x = rng.vec(spec.batch * spec.n * spec.c_in);
@@ -429,6 +462,18 @@ fn ref_activation(act: Activation, x: f64) -> f64 {
             let sp = if x > 20.0 { x } else { x.exp().ln_1p() };
             x * sp.tanh()
         }
+        Activation::LeakyRelu(slope) => {
+            if x >= 0.0 {
+                x
+            } else {
+                x * slope as f64
+            }
+        }
+        Activation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        Activation::Tanh => x.tanh(),
+        Activation::Sin => x.sin(),
+        Activation::Exp => x.exp(),
+        Activation::Scale(a) => x * a as f64,
     }
 }
 
@@ -436,7 +481,22 @@ pub fn activations<B: Backend>(kit: &B) {
     let mut rng = Rng::new(10);
     let mut x: Vec<f32> = rng.vec(4099).iter().map(|v| v * 10.0).collect();
     x.extend([0.0, -0.0, 1e-8, -1e-8, 25.0, -25.0, 88.0, -88.0, -3.0]);
-    for act in [Activation::GeluErf, Activation::GeluTanh, Activation::Silu, Activation::Mish] {
+    let acts = [
+        Activation::GeluErf,
+        Activation::GeluTanh,
+        Activation::Silu,
+        Activation::Mish,
+        Activation::LeakyRelu(0.2),
+        Activation::LeakyRelu(0.01),
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::Sin,
+        Activation::Exp,
+        Activation::Scale(std::f32::consts::FRAC_1_SQRT_2),
+    ];
+    for act in acts {
+        // exp overflows f32 past 88.7: those inputs test the others only.
+        let x: Vec<f32> = if act == Activation::Exp { x.iter().map(|v| v.clamp(-80.0, 80.0)).collect() } else { x.clone() };
         let want: Vec<f64> = x.iter().map(|&v| ref_activation(act, v as f64)).collect();
         let mut b = guarded(kit, &x);
         kit.activation(act, &mut b, x.len()).unwrap();
@@ -544,6 +604,448 @@ pub fn polar_spectrum<B: Backend>(kit: &B) {
     assert_close(&take(kit, &im, frames * bins, "im"), &want_im, |w| 1e-6 * (1.0 + w.abs()) + 2e-5, "polar im");
 }
 
+// ── transposed convolution ───────────────────────────────────────────────────────────────────
+
+fn ref_conv_transpose(s: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f64> {
+    let (cin_g, cout_g) = (s.c_in / s.groups, s.c_out / s.groups);
+    let n_out = (s.n - 1) * s.stride + s.kernel + s.output_padding - 2 * s.pad;
+    assert_eq!(n_out, s.n_out(), "n_out of {s:?}");
+    let mut y = vec![0.0f64; s.batch * n_out * s.c_out];
+    for b in 0..s.batch {
+        for o in 0..n_out {
+            for co in 0..s.c_out {
+                y[(b * n_out + o) * s.c_out + co] = bias.map_or(0.0, |bv| bv[co] as f64);
+            }
+        }
+        for i in 0..s.n {
+            for ci in 0..s.c_in {
+                let g = ci / cin_g;
+                for col in 0..cout_g {
+                    for k in 0..s.kernel {
+                        let o = (i * s.stride + k) as isize - s.pad as isize;
+                        if o >= 0 && (o as usize) < n_out {
+                            let co = g * cout_g + col;
+                            y[(b * n_out + o as usize) * s.c_out + co] +=
+                                x[(b * s.n + i) * s.c_in + ci] as f64 * w[(ci * cout_g + col) * s.kernel + k] as f64;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    y
+}
+
+pub fn conv_transpose1d<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(21);
+    let cases = [
+        // Kokoro's upsamplers scaled down: k20 s10 p5 and k12 s6 p3, dense
+        ConvTranspose1dSpec::new(1, 7, 12, 8, 20, 10).pad(5),
+        ConvTranspose1dSpec::new(2, 9, 8, 6, 12, 6).pad(3),
+        // the AdaIN blocks' depthwise `pool`: k3 s2 p1 output_padding 1, groups = channels
+        ConvTranspose1dSpec::new(2, 11, 10, 10, 3, 2).pad(1).output_padding(1).groups(10),
+        // grouped with a channel multiplier, no padding, stride 1, a single input row
+        ConvTranspose1dSpec::new(1, 5, 6, 9, 4, 1).groups(3),
+        ConvTranspose1dSpec::new(1, 1, 3, 2, 5, 2).pad(1),
+        ConvTranspose1dSpec::new(1, 13, 4, 4, 2, 3).output_padding(2),
+    ];
+    for spec in cases {
+        let x = rng.vec(spec.batch * spec.n * spec.c_in);
+        let w = rng.vec(spec.c_in * spec.c_out / spec.groups * spec.kernel);
+        let bias = rng.vec(spec.c_out);
+        let (xb, wb, bb) = (kit.upload(&x).unwrap(), kit.upload(&w).unwrap(), kit.upload(&bias).unwrap());
+        for with_bias in [true, false] {
+            let want = ref_conv_transpose(&spec, &x, &w, with_bias.then_some(&bias[..]));
+            let mut y = guarded(kit, &vec![0.0; want.len()]);
+            kit.conv_transpose1d(&spec, &xb, &wb, with_bias.then_some(&bb), &mut y).unwrap();
+            let got = take(kit, &y, want.len(), "conv_transpose1d");
+            let terms = (spec.kernel * spec.c_in / spec.groups) as f64;
+            assert_close(&got, &want, |_| 2e-6 * terms + 1e-6, &format!("conv_transpose1d {spec:?} bias={with_bias}"));
+        }
+    }
+}
+
+// ── LSTM ─────────────────────────────────────────────────────────────────────────────────────
+
+/// One LSTM direction in f64 over `steps` (the positions, in the order they are visited).
+fn ref_lstm_dir(gx: &[f32], w_hh: &[f32], h: usize, steps: &[usize], h0: &[f64], c0: &[f64]) -> Vec<(usize, Vec<f64>)> {
+    let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+    let (mut hs, mut cs) = (h0.to_vec(), c0.to_vec());
+    let mut out = Vec::new();
+    for &t in steps {
+        let g: Vec<f64> =
+            (0..4 * h).map(|r| gx[t * 4 * h + r] as f64 + (0..h).map(|j| w_hh[r * h + j] as f64 * hs[j]).sum::<f64>()).collect();
+        for j in 0..h {
+            cs[j] = sig(g[h + j]) * cs[j] + sig(g[j]) * g[2 * h + j].tanh();
+            hs[j] = sig(g[3 * h + j]) * cs[j].tanh();
+        }
+        out.push((t, hs.clone()));
+    }
+    out
+}
+
+/// Runs both directions of a bidirectional layer over a padded batch into `[batch·n, 2·hidden]`.
+fn run_bilstm<B: Backend>(kit: &B, batch: usize, n: usize, h: usize, lengths: &[usize], gx: [&B::Buf; 2], whh: [&B::Buf; 2]) -> Vec<f32> {
+    let mut out = guarded(kit, &vec![9.0; batch * n * 2 * h]);
+    for (d, reverse) in [false, true].into_iter().enumerate() {
+        let spec = LstmSpec { batch, n, hidden: h, reverse, out: StridedRows { offset: d * h, row_stride: 2 * h } };
+        kit.lstm(&spec, lengths, gx[d], whh[d], None, &mut out).unwrap();
+    }
+    take(kit, &out, batch * n * 2 * h, "bilstm")
+}
+
+pub fn lstm<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(22);
+    // A padded batch of three with different lengths (one empty), a hidden size past the SIMD
+    // width, and a given initial state for one direction.
+    let (batch, n, h) = (3, 9, 19);
+    let lengths = [9usize, 4, 0];
+    let gx: Vec<Vec<f32>> = (0..2).map(|_| rng.vec(batch * n * 4 * h)).collect();
+    let whh: Vec<Vec<f32>> = (0..2).map(|_| rng.vec(4 * h * h).iter().map(|v| v * 0.5).collect()).collect();
+    let gxb: Vec<B::Buf> = gx.iter().map(|v| kit.upload(v).unwrap()).collect();
+    let whb: Vec<B::Buf> = whh.iter().map(|v| kit.upload(v).unwrap()).collect();
+    let got = run_bilstm(kit, batch, n, h, &lengths, [&gxb[0], &gxb[1]], [&whb[0], &whb[1]]);
+    let mut want = vec![0.0f64; batch * n * 2 * h];
+    let zeros = vec![0.0; h];
+    for b in 0..batch {
+        let len = lengths[b];
+        for (d, order) in [(0..len).collect::<Vec<_>>(), (0..len).rev().collect()].into_iter().enumerate() {
+            let item = &gx[d][b * n * 4 * h..(b + 1) * n * 4 * h];
+            for (t, hs) in ref_lstm_dir(item, &whh[d], h, &order, &zeros, &zeros) {
+                want[(b * n + t) * 2 * h + d * h..(b * n + t) * 2 * h + (d + 1) * h].copy_from_slice(&hs);
+            }
+        }
+    }
+    // Recurrences of ≤ 9 steps of sums of 19 products; sigmoid/tanh are libm in f32.
+    assert_close(&got, &want, |_| 2e-5, "bilstm over a padded batch (positions past each length are 0)");
+
+    // The seed's fix 2: a reverse direction that runs over the padded buffer (starting on the
+    // padding) instead of each item's own last position is wrong for every shorter item — the
+    // same assertion must fail for it.
+    let mut naive = want.clone();
+    let b = 1;
+    let order: Vec<usize> = (0..n).rev().collect();
+    let item = &gx[1][b * n * 4 * h..(b + 1) * n * 4 * h];
+    for (t, hs) in ref_lstm_dir(item, &whh[1], h, &order, &zeros, &zeros) {
+        if t < lengths[b] {
+            naive[(b * n + t) * 2 * h + h..(b * n + t) * 2 * h + 2 * h].copy_from_slice(&hs);
+        }
+    }
+    let worst = got.iter().zip(&naive).map(|(&g, &w)| (g as f64 - w).abs()).fold(0.0, f64::max);
+    assert!(worst > 1e-2, "a naive reverse over padding must differ from the exact one (max |Δ| = {worst:e})");
+
+    // Initial state (h0, c0) for one direction of one item.
+    let (h0, c0) = (rng.vec(h), rng.vec(h));
+    let (h0b, c0b) = (kit.upload(&h0).unwrap(), kit.upload(&c0).unwrap());
+    let spec = LstmSpec { batch: 1, n: 6, hidden: h, reverse: false, out: StridedRows { offset: 0, row_stride: h } };
+    let mut out = guarded(kit, &vec![0.0; 6 * h]);
+    kit.lstm(&spec, &[6], &gxb[0], &whb[0], Some((&h0b, &c0b)), &mut out).unwrap();
+    let got = take(kit, &out, 6 * h, "lstm state0");
+    let want: Vec<f64> =
+        ref_lstm_dir(&gx[0], &whh[0], h, &(0..6).collect::<Vec<_>>(), &f64s(&h0), &f64s(&c0)).into_iter().flat_map(|(_, hs)| hs).collect();
+    assert_close(&got, &want, |_| 2e-5, "lstm with an initial state");
+}
+
+// ── instance norm, Snake, resampling, padding, cumsum ─────────────────────────────────────────
+
+pub fn instance_norm<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(23);
+    for &(batch, n, c) in &[(1usize, 1usize, 3usize), (2, 37, 20), (1, 300, 7)] {
+        // An offset per channel: the normalisation must remove it.
+        let x: Vec<f32> = rng.vec(batch * n * c).iter().enumerate().map(|(i, v)| v + (i % c) as f32 * 3.0).collect();
+        let (w, bvec, style) = (rng.vec(c), rng.vec(c), rng.vec(batch * 2 * c));
+        let (xb, wb, bb, sb) = (kit.upload(&x).unwrap(), kit.upload(&w).unwrap(), kit.upload(&bvec).unwrap(), kit.upload(&style).unwrap());
+        let spec = InstanceNormSpec { batch, n, c, eps: 1e-5 };
+        for (with_affine, with_style) in [(false, false), (true, false), (false, true), (true, true)] {
+            let mut want = vec![0.0f64; batch * n * c];
+            for b in 0..batch {
+                for j in 0..c {
+                    let col: Vec<f64> = (0..n).map(|t| x[(b * n + t) * c + j] as f64).collect();
+                    let mean = col.iter().sum::<f64>() / n as f64;
+                    let var = col.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64;
+                    for t in 0..n {
+                        let mut y = (col[t] - mean) / (var + 1e-5).sqrt();
+                        if with_affine {
+                            y = y * w[j] as f64 + bvec[j] as f64;
+                        }
+                        if with_style {
+                            y = (1.0 + style[b * 2 * c + j] as f64) * y + style[b * 2 * c + c + j] as f64;
+                        }
+                        want[(b * n + t) * c + j] = y;
+                    }
+                }
+            }
+            let mut out = guarded(kit, &vec![0.0; want.len()]);
+            kit.instance_norm(&spec, &xb, with_affine.then_some((&wb, &bb)), with_style.then_some(&sb), &mut out).unwrap();
+            // Normalised values of magnitude ≲ 4, scaled by ≤ 2 and shifted: a few f32 ulps.
+            assert_close(
+                &take(kit, &out, want.len(), "instance_norm"),
+                &want,
+                |_| 2e-5,
+                &format!("instance_norm {batch}×{n}×{c} affine={with_affine} style={with_style}"),
+            );
+        }
+    }
+}
+
+pub fn snake<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(24);
+    let (rows, c) = (37, 21);
+    let x: Vec<f32> = rng.vec(rows * c).iter().map(|v| v * 4.0).collect();
+    let alpha: Vec<f32> = rng.vec(c).iter().map(|v| v * 2.0 + 2.5).collect();
+    let want: Vec<f64> = x
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let a = alpha[i % c] as f64;
+            v as f64 + (a * v as f64).sin().powi(2) / a
+        })
+        .collect();
+    let ab = kit.upload(&alpha).unwrap();
+    let mut xb = guarded(kit, &x);
+    kit.snake(&mut xb, rows, c, &ab).unwrap();
+    assert_close(&take(kit, &xb, rows * c, "snake"), &want, |w| 1e-6 * (1.0 + w.abs()), "snake");
+}
+
+pub fn upsample_nearest<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(25);
+    for &(batch, n, c, factor) in &[(2usize, 5usize, 3usize, 2usize), (1, 4, 1, 300), (1, 3, 7, 1)] {
+        let x = rng.vec(batch * n * c);
+        let want: Vec<f64> = (0..batch * n * factor * c)
+            .map(|i| {
+                let (r, j) = (i / c, i % c);
+                let (b, t) = (r / (n * factor), r % (n * factor));
+                x[(b * n + t / factor) * c + j] as f64
+            })
+            .collect();
+        let xb = kit.upload(&x).unwrap();
+        let mut out = guarded(kit, &vec![0.0; want.len()]);
+        kit.upsample_nearest(&xb, batch, n, c, factor, &mut out).unwrap();
+        assert_close(&take(kit, &out, want.len(), "upsample_nearest"), &want, |_| 0.0, "upsample_nearest");
+    }
+}
+
+pub fn interpolate_linear<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(26);
+    // SineGen's 1/300 downsample and ×300 upsample, and plain up/down scalings.
+    let cases = [
+        InterpolateSpec::by_scale(1, 1200, 9, 1.0 / 300.0),
+        InterpolateSpec::by_scale(1, 4, 9, 300.0),
+        InterpolateSpec::by_scale(2, 7, 3, 2.0),
+        InterpolateSpec::by_scale(1, 10, 2, 0.5),
+        InterpolateSpec { batch: 1, n_in: 5, n_out: 3, c: 2, ratio: 5.0 / 3.0 },
+    ];
+    for spec in cases {
+        let InterpolateSpec { batch, n_in, n_out, c, ratio } = spec;
+        let x = rng.vec(batch * n_in * c);
+        let mut want = vec![0.0f64; batch * n_out * c];
+        for b in 0..batch {
+            for t in 0..n_out {
+                let src = ((t as f64 + 0.5) * ratio as f64 - 0.5).max(0.0);
+                let i0 = (src.floor() as usize).min(n_in - 1);
+                let i1 = (i0 + 1).min(n_in - 1);
+                let l = src - i0 as f64;
+                for j in 0..c {
+                    want[(b * n_out + t) * c + j] = (1.0 - l) * x[(b * n_in + i0) * c + j] as f64 + l * x[(b * n_in + i1) * c + j] as f64;
+                }
+            }
+        }
+        let xb = kit.upload(&x).unwrap();
+        let mut out = guarded(kit, &vec![0.0; want.len()]);
+        kit.interpolate_linear(&spec, &xb, &mut out).unwrap();
+        // The source position is computed in f32 as PyTorch does: λ carries ≲ 1e-7·n relative error.
+        assert_close(&take(kit, &out, want.len(), "interpolate"), &want, |_| 2e-6, &format!("interpolate_linear {spec:?}"));
+    }
+    assert_eq!(InterpolateSpec::by_scale(1, 1200, 1, 1.0 / 300.0).n_out, 4);
+    assert_eq!(InterpolateSpec::by_scale(1, 4, 1, 300.0).n_out, 1200);
+}
+
+pub fn pad1d<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(27);
+    for mode in [PadMode::Zeros, PadMode::Reflect, PadMode::Replicate] {
+        // ISTFTNet's ReflectionPad1d((1, 0)), and a wider two-sided pad.
+        for &(batch, n, c, left, right) in &[(1usize, 6usize, 3usize, 1usize, 0usize), (2, 5, 2, 4, 3)] {
+            let spec = Pad1dSpec { batch, n, c, left, right, mode };
+            let x = rng.vec(batch * n * c);
+            let n_out = n + left + right;
+            let mut want = vec![0.0f64; batch * n_out * c];
+            for b in 0..batch {
+                for p in 0..n_out {
+                    if let Some(s) = ref_pad_source(mode, p as isize, left, n) {
+                        for j in 0..c {
+                            want[(b * n_out + p) * c + j] = x[(b * n + s) * c + j] as f64;
+                        }
+                    }
+                }
+            }
+            let xb = kit.upload(&x).unwrap();
+            let mut out = guarded(kit, &vec![1.0; want.len()]);
+            kit.pad1d(&spec, &xb, &mut out).unwrap();
+            assert_close(&take(kit, &out, want.len(), "pad1d"), &want, |_| 0.0, &format!("pad1d {spec:?}"));
+        }
+    }
+    // PyTorch: reflection needs pad < n.
+    let spec = Pad1dSpec { batch: 1, n: 3, c: 1, left: 3, right: 0, mode: PadMode::Reflect };
+    let (x, mut out) = (kit.upload(&[1.0; 3]).unwrap(), kit.upload(&[0.0; 6]).unwrap());
+    assert!(kit.pad1d(&spec, &x, &mut out).unwrap_err().to_string().contains("reflect"));
+}
+
+pub fn cumsum<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(28);
+    // A long positive track, like SineGen's phase: 60,000 rows of values in [0, 2).
+    let (batch, n, c) = (2, 60_000, 3);
+    let x: Vec<f32> = rng.vec(batch * n * c).iter().map(|v| v + 1.0).collect();
+    let mut want = vec![0.0f64; x.len()];
+    for b in 0..batch {
+        for j in 0..c {
+            let mut acc = 0.0f64;
+            for t in 0..n {
+                acc += x[(b * n + t) * c + j] as f64;
+                want[(b * n + t) * c + j] = acc;
+            }
+        }
+    }
+    let xb = kit.upload(&x).unwrap();
+    let mut out = guarded(kit, &vec![0.0; x.len()]);
+    kit.cumsum(&xb, batch, n, c, &mut out).unwrap();
+    let got = take(kit, &out, x.len(), "cumsum");
+    // Accumulated in f64 and rounded once: within half an f32 ulp of the exact running sum.
+    // (An f32's ulp is at most ε·|x|, so half an ulp is at most ε·|x|/2.)
+    let half_ulp = |w: f64| f32::EPSILON as f64 * w.abs() * 0.5 + 1e-30;
+    assert_close(&got, &want, half_ulp, "cumsum (f64 accumulation)");
+    // An f32 running sum drifts far past that on the same track, so the tolerance can tell.
+    let mut acc = 0.0f32;
+    let worst = (0..n).map(|t| {
+        acc += x[t * c];
+        (acc as f64 - want[t * c]).abs() / half_ulp(want[t * c])
+    });
+    assert!(worst.fold(0.0, f64::max) > 10.0, "an f32 running sum must miss the f64-accumulated one");
+}
+
+// ── STFT ─────────────────────────────────────────────────────────────────────────────────────
+
+fn ref_hann(n_fft: usize) -> Vec<f64> {
+    (0..n_fft).map(|t| 0.5 - 0.5 * (2.0 * std::f64::consts::PI * t as f64 / n_fft as f64).cos()).collect()
+}
+
+pub fn stft<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(29);
+    for &(batch, samples, n_fft, hop) in &[(1usize, 300usize, 20usize, 5usize), (2, 63, 8, 3), (1, 11, 4, 4)] {
+        let spec = StftSpec::for_samples(batch, samples, n_fft, hop);
+        let samples_used = spec.samples();
+        let mut x = rng.vec(batch * samples_used);
+        // A negative mean makes the DC bin of the first frame negative: its phase must be +π exactly.
+        x.iter_mut().for_each(|v| *v -= 0.6);
+        let (bins, frames, half) = (spec.bins(), spec.frames, n_fft / 2);
+        let win = ref_hann(n_fft);
+        let (mut want_m, mut want_p) = (Vec::new(), Vec::new());
+        for b in 0..batch {
+            for f in 0..frames {
+                for k in 0..bins {
+                    let (mut re, mut im) = (0.0f64, 0.0f64);
+                    for t in 0..n_fft {
+                        let s = ref_pad_source(PadMode::Reflect, (f * hop + t) as isize, half, samples_used).unwrap();
+                        let v = x[b * samples_used + s] as f64 * win[t];
+                        let a = 2.0 * std::f64::consts::PI * (k * t) as f64 / n_fft as f64;
+                        re += v * a.cos();
+                        im -= v * a.sin();
+                    }
+                    if k == 0 || k == half {
+                        im = 0.0;
+                    }
+                    want_m.push(re.hypot(im));
+                    want_p.push(im.atan2(re));
+                }
+            }
+        }
+        let xb = kit.upload(&x).unwrap();
+        let mut mag = guarded(kit, &vec![0.0; want_m.len()]);
+        let mut phase = guarded(kit, &vec![0.0; want_m.len()]);
+        kit.stft(&spec, &xb, &mut mag, &mut phase).unwrap();
+        let (gm, gp) = (take(kit, &mag, want_m.len(), "stft mag"), take(kit, &phase, want_m.len(), "stft phase"));
+        assert_close(&gm, &want_m, |w| 1e-6 * (1.0 + w.abs()), "stft magnitude");
+        // Phase is ill-conditioned only where the magnitude is tiny; these inputs have none.
+        for (i, (&g, &w)) in gp.iter().zip(&want_p).enumerate() {
+            let d = (g as f64 - w).abs();
+            let d = d.min((d - 2.0 * std::f64::consts::PI).abs());
+            assert!(d < 1e-4 * (1.0 + 1.0 / want_m[i]), "stft phase {i}: got {g}, want {w}");
+        }
+        for (i, &p) in gp.iter().enumerate() {
+            let k = i % bins;
+            if k == 0 || k == half {
+                assert!(p == 0.0 || p == std::f32::consts::PI, "DC/Nyquist phase must be exactly 0 or +π, got {p}");
+            }
+        }
+        assert_eq!(gp[0], std::f32::consts::PI, "the negative DC bin has phase +π (never −π)");
+    }
+}
+
+pub fn istft<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(30);
+    for &(batch, frames, n_fft, hop) in &[(1usize, 41usize, 20usize, 5usize), (2, 9, 8, 4), (1, 2, 4, 1)] {
+        let spec = StftSpec { batch, frames, n_fft, hop };
+        let (bins, samples, half) = (spec.bins(), spec.samples(), n_fft / 2);
+        // ISTFTNet's head: magnitude exp(a), phase sin(b).
+        let mag: Vec<f32> = rng.vec(batch * frames * bins).iter().map(|v| (v * 2.0).exp()).collect();
+        let phase: Vec<f32> = rng.vec(batch * frames * bins).iter().map(|v| (v * 3.0).sin()).collect();
+        let win = ref_hann(n_fft);
+        let full = n_fft + hop * (frames - 1);
+        let (mut want, mut naive) = (Vec::new(), Vec::new());
+        for b in 0..batch {
+            let (mut ola, mut env, mut ola_naive) = (vec![0.0f64; full], vec![0.0f64; full], vec![0.0f64; full]);
+            for f in 0..frames {
+                for t in 0..n_fft {
+                    let (mut acc, mut acc_naive) = (0.0, 0.0);
+                    for k in 0..bins {
+                        let (m, p) = (mag[(b * frames + f) * bins + k] as f64, phase[(b * frames + f) * bins + k] as f64);
+                        let a = 2.0 * std::f64::consts::PI * (k * t) as f64 / n_fft as f64;
+                        let (re, im) = (m * p.cos(), m * p.sin());
+                        let w = if k == 0 || k == half { 1.0 } else { 2.0 };
+                        // irfft ignores the imaginary part of DC and Nyquist (sin(0) = sin(πt) = 0 there anyway).
+                        acc += w * (re * a.cos() - if k == 0 || k == half { 0.0 } else { im * a.sin() });
+                        acc_naive += re * a.cos() - im * a.sin();
+                    }
+                    ola[f * hop + t] += acc / n_fft as f64 * win[t];
+                    ola_naive[f * hop + t] += acc_naive / n_fft as f64 * win[t];
+                    env[f * hop + t] += win[t] * win[t];
+                }
+            }
+            want.extend((0..samples).map(|i| ola[i + half] / env[i + half]));
+            naive.extend((0..samples).map(|i| ola_naive[i + half]));
+        }
+        let (mb, pb) = (kit.upload(&mag).unwrap(), kit.upload(&phase).unwrap());
+        let mut out = guarded(kit, &vec![0.0; want.len()]);
+        kit.istft(&spec, &mb, &pb, &mut out).unwrap();
+        let got = take(kit, &out, want.len(), "istft");
+        let scale = want.iter().fold(0.0f64, |a, &w| a.max(w.abs()));
+        assert_close(&got, &want, |_| 1e-6 * scale, &format!("istft {spec:?}"));
+        // The conv-basis "inverse" of seed fix 4 (no interior doubling, no envelope division)
+        // misses the true one by far more than that.
+        let wrong = naive.iter().zip(&got).map(|(&w, &g)| (w - g as f64).abs()).fold(0.0, f64::max);
+        assert!(wrong > 1e-2 * scale, "a naive inverse (no doubling, no envelope) must fail the same check: {wrong:e}");
+    }
+    // A hop past n_fft/2 leaves the Hann² envelope with zeros: refused, as torch.istft refuses.
+    let spec = StftSpec { batch: 1, frames: 3, n_fft: 8, hop: 6 };
+    let (m, mut out) = (kit.upload(&[1.0; 15]).unwrap(), kit.upload(&[0.0; 12]).unwrap());
+    assert!(kit.istft(&spec, &m, &m, &mut out).unwrap_err().to_string().contains("hop"));
+}
+
+pub fn buffers<B: Backend>(kit: &B) {
+    let mut b = kit.upload_weight(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+    assert_eq!(kit.len(&b), 4);
+    kit.write(&mut b, 1, &[7.0, 8.0]).unwrap();
+    kit.fill(&mut b, 3, 1, -1.0).unwrap();
+    let mut part = [0.0f32; 3];
+    kit.read(&b, 1, &mut part).unwrap();
+    assert_eq!(part, [7.0, 8.0, -1.0]);
+    let mut z = kit.alloc(6).unwrap();
+    kit.copy(&b, 0, &mut z, 2, 4).unwrap();
+    assert_eq!(kit.download(&z).unwrap(), vec![0.0, 0.0, 1.0, 7.0, 8.0, -1.0]);
+    assert!(kit.fill(&mut z, 5, 2, 0.0).is_err());
+    assert!(kit.read(&z, 4, &mut [0.0; 3]).is_err());
+    let _ = kit.device();
+}
+
 /// Every op refuses a buffer that is too short with an error naming the op, instead of reading
 /// or writing out of bounds.
 pub fn refuses_short_buffers<B: Backend>(kit: &B) {
@@ -565,7 +1067,7 @@ pub fn refuses_short_buffers<B: Backend>(kit: &B) {
         )
         .err(),
         kit.merge_heads(&small, 1, 3, 1, 3, &mut out).err(),
-        kit.conv1d(&Conv1dSpec { batch: 1, n: 5, c_in: 2, c_out: 2, kernel: 3, pad: 1, groups: 2 }, &small, &small, None, &mut out).err(),
+        kit.conv1d(&Conv1dSpec::new(1, 5, 2, 2, 3).pad(1).groups(2), &small, &small, None, &mut out).err(),
         kit.activation(Activation::Silu, &mut out, 9).err(),
         kit.cfg_combine(&small, 5, 2.0, &mut out).err(),
         kit.axpy(1.0, &small, &mut out, 9).err(),
@@ -581,7 +1083,7 @@ pub fn refuses_short_buffers<B: Backend>(kit: &B) {
     // Odd head_dim cannot be split into rotation pairs; groups must divide the channels.
     let odd = RopeSpec { batch: 1, n: 1, heads: 1, head_dim: 3, rope_heads: 1, src: StridedRows { offset: 0, row_stride: 3 } };
     assert!(kit.split_heads_rope(&odd, &small, &small, &small, &mut out).is_err());
-    let bad_groups = Conv1dSpec { batch: 1, n: 2, c_in: 3, c_out: 3, kernel: 1, pad: 0, groups: 2 };
+    let bad_groups = Conv1dSpec::new(1, 2, 3, 3, 1).groups(2);
     assert!(kit.conv1d(&bad_groups, &small, &small, None, &mut out).unwrap_err().to_string().contains("groups"));
 }
 
@@ -595,7 +1097,8 @@ macro_rules! backend_suite {
             }
             backend_suite!(@tests gemm, attention, layer_norm, adaln_modulate, gated_add, grn, split_heads_rope,
                 merge_heads, conv1d, activations, cfg_combine, axpy, mask_rows, concat_features, embedding,
-                polar_spectrum, refuses_short_buffers);
+                polar_spectrum, conv_transpose1d, lstm, instance_norm, snake, upsample_nearest, interpolate_linear,
+                pad1d, cumsum, stft, istft, buffers, refuses_short_buffers);
         }
     };
     (@tests $($op:ident),*) => {
@@ -632,3 +1135,23 @@ fn cuda_kit() -> Option<f5_gpukit::CudaBackend> {
 
 #[cfg(feature = "cuda")]
 backend_suite!(cuda, cuda_kit());
+
+/// The table covers the whole trait: a `Backend` method that no case calls fails here, so a new
+/// op cannot land without its case (and so without its CUDA twin being exercised).
+#[test]
+fn every_backend_method_has_a_case() {
+    let lib = include_str!("../src/lib.rs");
+    let table = include_str!("ops.rs");
+    let start = lib.find("pub trait Backend").expect("the Backend trait in lib.rs");
+    let body = &lib[start..];
+    let end = body.find("\n}\n").expect("end of the Backend trait");
+    let methods: Vec<&str> = body[..end]
+        .split("fn ")
+        .skip(1)
+        .filter_map(|rest| rest.split(['(', '<']).next())
+        .filter(|name| !name.is_empty() && name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_'))
+        .collect();
+    assert!(methods.len() >= 30, "found only {methods:?}");
+    let missing: Vec<&&str> = methods.iter().filter(|m| !table.contains(&format!("kit.{m}("))).collect();
+    assert!(missing.is_empty(), "Backend methods without an op-table case: {missing:?}");
+}

@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use f5_gpukit::{Activation, Backend, Conv1dSpec, Linear};
+use f5_gpukit::{Backend, Conv1dSpec};
+use f5_nn::{Conv1d, ConvNeXtBlock, LayerNorm, Linear, NnError, Weights};
 use f5_torchpt::Checkpoint;
 
 use crate::config::VocosConfig;
@@ -18,17 +19,6 @@ const EPS: f32 = 1e-6;
 
 /// The head clips magnitudes after `exp`, so an overflowing log-magnitude gives this, not inf.
 const MAG_MAX: f32 = 100.0;
-
-struct Block<B: Backend> {
-    dw_w: B::Buf,
-    dw_b: B::Buf,
-    norm_w: B::Buf,
-    norm_b: B::Buf,
-    pw1: Linear<B>,
-    pw2: Linear<B>,
-    /// Layer scale; `None` when the model was built without it (branch added unscaled).
-    gamma: Option<B::Buf>,
-}
 
 /// A one-sided complex spectrum, real and imaginary parts each `[frames, bins]` row-major.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -43,43 +33,23 @@ pub struct Spectrum {
 pub struct Vocos<B: Backend> {
     kit: B,
     config: VocosConfig,
-    embed_w: B::Buf,
-    embed_b: B::Buf,
-    norm_w: B::Buf,
-    norm_b: B::Buf,
-    blocks: Vec<Block<B>>,
-    final_w: B::Buf,
-    final_b: B::Buf,
+    embed: Conv1d<B>,
+    norm: LayerNorm<B>,
+    blocks: Vec<ConvNeXtBlock<B>>,
+    final_norm: LayerNorm<B>,
     head: Linear<B>,
     istft: IstftPlan,
 }
 
-struct Loader<'a, B: Backend> {
-    kit: &'a B,
-    ckpt: &'a Checkpoint,
-    prefix: &'a str,
-}
-
-impl<B: Backend> Loader<'_, B> {
-    fn tensor(&self, name: &str, shape: &[usize]) -> Result<B::Buf, VocosError> {
-        let full = format!("{}{name}", self.prefix);
-        let meta = self
-            .ckpt
-            .meta(&full)
-            .map_err(|_| VocosError::Missing { path: self.ckpt.path().display().to_string(), tensor: full.clone() })?;
-        if meta.shape() != shape {
-            return Err(VocosError::Shape { tensor: full, detail: format!("found {:?}, the architecture needs {shape:?}", meta.shape()) });
+impl From<NnError> for VocosError {
+    fn from(e: NnError) -> Self {
+        match e {
+            NnError::Missing { path, tensor } => VocosError::Missing { path, tensor },
+            NnError::Shape { tensor, detail, .. } => VocosError::Shape { tensor, detail },
+            NnError::Checkpoint(e) => VocosError::from(e),
+            NnError::Kit(e) => VocosError::from(e),
+            ambiguous @ NnError::Ambiguous { .. } => VocosError::Config(ambiguous.to_string()),
         }
-        Ok(self.kit.upload(&self.ckpt.read_f32(&full)?)?)
-    }
-
-    fn linear(&self, name: &str, out: usize, inp: usize) -> Result<Linear<B>, VocosError> {
-        Ok(Linear {
-            weight: self.tensor(&format!("{name}.weight"), &[out, inp])?,
-            bias: self.tensor(&format!("{name}.bias"), &[out])?,
-            out,
-            inp,
-        })
     }
 }
 
@@ -116,38 +86,39 @@ impl<B: Backend> Vocos<B> {
         let ckpt = Checkpoint::open(&weights)?;
         let yaml = weights.parent().map(|d| d.join("config.yaml")).filter(|p| p.is_file());
         let config = VocosConfig::infer(&ckpt, yaml.as_deref())?;
-        Self::from_checkpoint(&ckpt, config, kit)
+        Self::from_checkpoint(ckpt, config, kit)
     }
 
-    /// Uploads the weights of an already opened checkpoint with a known architecture.
-    pub fn from_checkpoint(ckpt: &Checkpoint, config: VocosConfig, kit: B) -> Result<Self, VocosError> {
+    /// Uploads the weights of an already opened checkpoint with a known architecture; each
+    /// tensor's mapped pages are dropped once copied.
+    pub fn from_checkpoint(ckpt: Checkpoint, config: VocosConfig, kit: B) -> Result<Self, VocosError> {
+        let istft = IstftPlan::new(config.n_fft, config.hop)?;
+        let mut weights = Weights::from_checkpoint(ckpt)?;
+        Ok(Self::load(&mut weights, config, istft, kit)?)
+    }
+
+    fn load(weights: &mut Weights, config: VocosConfig, istft: IstftPlan, kit: B) -> Result<Self, NnError> {
         let c = &config;
-        let l = Loader { kit: &kit, ckpt, prefix: &c.prefix };
+        let mut l = weights.scope(c.prefix.trim_end_matches('.'));
         let d = c.dim;
         let blocks = (0..c.layers)
             .map(|i| {
-                let p = format!("backbone.convnext.{i}");
-                Ok(Block {
-                    dw_w: l.tensor(&format!("{p}.dwconv.weight"), &[d, 1, c.block_kernel])?,
-                    dw_b: l.tensor(&format!("{p}.dwconv.bias"), &[d])?,
-                    norm_w: l.tensor(&format!("{p}.norm.weight"), &[d])?,
-                    norm_b: l.tensor(&format!("{p}.norm.bias"), &[d])?,
-                    pw1: l.linear(&format!("{p}.pwconv1"), c.intermediate, d)?,
-                    pw2: l.linear(&format!("{p}.pwconv2"), d, c.intermediate)?,
-                    gamma: if c.layer_scale { Some(l.tensor(&format!("{p}.gamma"), &[d])?) } else { None },
-                })
+                let name = format!("backbone.convnext.{i}");
+                let blk = ConvNeXtBlock::load(&mut l, &kit, &name, d, c.intermediate, c.block_kernel)?;
+                if c.layer_scale && blk.gamma.is_none() {
+                    return Err(l.missing(&format!("{name}.gamma")));
+                }
+                Ok(blk)
             })
-            .collect::<Result<Vec<_>, VocosError>>()?;
+            .collect::<Result<Vec<_>, NnError>>()?;
+        let embed_spec = Conv1dSpec::new(1, 0, c.mel_channels, d, c.embed_kernel).pad(c.embed_kernel / 2);
         Ok(Vocos {
-            embed_w: l.tensor("backbone.embed.weight", &[d, c.mel_channels, c.embed_kernel])?,
-            embed_b: l.tensor("backbone.embed.bias", &[d])?,
-            norm_w: l.tensor("backbone.norm.weight", &[d])?,
-            norm_b: l.tensor("backbone.norm.bias", &[d])?,
+            embed: Conv1d::load(&mut l, &kit, "backbone.embed", embed_spec, true)?,
+            norm: LayerNorm::load(&mut l, &kit, "backbone.norm", d, EPS)?,
             blocks,
-            final_w: l.tensor("backbone.final_layer_norm.weight", &[d])?,
-            final_b: l.tensor("backbone.final_layer_norm.bias", &[d])?,
-            head: l.linear("head.out", c.n_fft + 2, d)?,
-            istft: IstftPlan::new(c.n_fft, c.hop)?,
+            final_norm: LayerNorm::load(&mut l, &kit, "backbone.final_layer_norm", d, EPS)?,
+            head: Linear::load(&mut l, &kit, "head.out", c.n_fft + 2, d)?,
+            istft,
             config,
             kit,
         })
@@ -207,31 +178,20 @@ impl<B: Backend> Vocos<B> {
         // Sizes derive from the caller's slice and the weights; refuse rather than wrap.
         let size = |width: usize| n.checked_mul(width).ok_or_else(|| VocosError::Input(format!("{n} frames × {width} features overflows")));
         let x_in = kit.upload(mel)?;
-        // Four activations reused by every block: the residual stream, two [n, dim] scratch
-        // buffers and the wide one; then the head output and the spectrum.
+        // The residual stream and one [n, dim] scratch, plus the blocks' own scratch; then the
+        // head output and the spectrum.
         let mut stream = kit.alloc(size(d)?)?;
-        let mut branch = kit.alloc(size(d)?)?;
         let mut normed = kit.alloc(size(d)?)?;
-        let mut wide = kit.alloc(size(c.intermediate.max(1))?)?;
-
-        let embed = Conv1dSpec { batch: 1, n, c_in: c.mel_channels, c_out: d, kernel: c.embed_kernel, pad: c.embed_kernel / 2, groups: 1 };
-        kit.conv1d(&embed, &x_in, &self.embed_w, Some(&self.embed_b), &mut branch)?;
+        self.embed.apply(kit, &x_in, 1, n, &mut normed)?;
         drop(x_in);
-        kit.layer_norm(&branch, n, d, EPS, Some((&self.norm_w, &self.norm_b)), &mut stream)?;
-        let dw = Conv1dSpec { batch: 1, n, c_in: d, c_out: d, kernel: c.block_kernel, pad: c.block_kernel / 2, groups: d };
-        for blk in &self.blocks {
-            kit.conv1d(&dw, &stream, &blk.dw_w, Some(&blk.dw_b), &mut branch)?;
-            kit.layer_norm(&branch, n, d, EPS, Some((&blk.norm_w, &blk.norm_b)), &mut normed)?;
-            blk.pw1.apply(kit, &normed, n, &mut wide)?;
-            kit.activation(Activation::GeluErf, &mut wide, n * c.intermediate)?;
-            blk.pw2.apply(kit, &wide, n, &mut branch)?;
-            match &blk.gamma {
-                Some(g) => kit.gated_add(&mut stream, &branch, n, d, g, 0)?,
-                None => kit.axpy(1.0, &branch, &mut stream, n * d)?,
+        self.norm.apply(kit, &normed, n, &mut stream)?;
+        if let Some(first) = self.blocks.first() {
+            let mut scratch = first.scratch(kit, n)?;
+            for blk in &self.blocks {
+                blk.apply(kit, &mut stream, n, &mut scratch)?;
             }
         }
-        drop(wide);
-        kit.layer_norm(&stream, n, d, EPS, Some((&self.final_w, &self.final_b)), &mut normed)?;
+        self.final_norm.apply(kit, &stream, n, &mut normed)?;
         let mut head = kit.alloc(size(c.n_fft + 2)?)?;
         self.head.apply(kit, &normed, n, &mut head)?;
         let mut re = kit.alloc(size(bins)?)?;

@@ -1,16 +1,18 @@
-//! 1-D convolution over channels-last activations.
+//! 1-D convolution (plain and transposed) over channels-last activations.
 //!
 //! Depthwise convolutions (the ConvNeXt blocks: k=7, one filter per channel) run directly,
 //! vectorised across channels. Grouped and dense ones (F5's position embedding: k=31, 16 groups
-//! of 64; Vocos' input: 100→512, k=7) become one GEMM per (item, group) over an im2col matrix
-//! whose row `t` holds the `kernel` input rows the output row `t` sees, back to back — so
-//! building it is a run of contiguous copies and the GEMM does all the arithmetic.
+//! of 64; Vocos' input: 100→512, k=7; Kokoro's dilated resblock convs) become one GEMM per
+//! (item, group) over an im2col matrix whose row `t` holds the `kernel` input rows the output row
+//! `t` sees, back to back — so building it is a run of contiguous copies and the GEMM does all
+//! the arithmetic. Transposed convolutions are the mirror image: one GEMM into a column matrix
+//! (every input row times every tap), then each output row gathers the taps that land on it.
 
 use rayon::prelude::*;
 
 use super::gemm_raw;
 use super::scratch::with_scratch;
-use crate::spec::{Conv1dSpec, GemmSpec, MatLayout};
+use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, GemmSpec, MatLayout};
 
 pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
     if spec.groups == spec.c_in && spec.c_out == spec.c_in {
@@ -20,14 +22,14 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
     }
 }
 
-/// Offset of input row `t + k − pad`, or `None` where the window hangs over the zero padding.
+/// The input row that tap `k` of output row `t` reads, or `None` where it falls on zero padding.
 #[inline]
-fn source_row(t: usize, k: usize, pad: usize, n: usize) -> Option<usize> {
-    (t + k).checked_sub(pad).filter(|&s| s < n)
+fn source_row(spec: &Conv1dSpec, t: usize, k: usize) -> Option<usize> {
+    spec.pad_mode.source(t * spec.stride + k * spec.dilation, spec.pad, spec.n)
 }
 
 fn depthwise(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    let Conv1dSpec { batch, n, c_in: c, kernel, pad, .. } = *spec;
+    let Conv1dSpec { batch, n, c_in: c, kernel, .. } = *spec;
     let n_out = spec.n_out();
     if c == 0 || n_out == 0 {
         return;
@@ -50,7 +52,7 @@ fn depthwise(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &
                     None => yrow.fill(0.0),
                 }
                 for k in 0..kernel {
-                    if let Some(s) = source_row(t, k, pad, n) {
+                    if let Some(s) = source_row(spec, t, k) {
                         super::simd::gated_add_row(yrow, &xb[s * c..(s + 1) * c], &wt[k * c..(k + 1) * c]);
                     }
                 }
@@ -75,7 +77,7 @@ fn grouped(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mu
 }
 
 fn grouped_into(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], wp: &mut [f32], col: &mut [f32]) {
-    let Conv1dSpec { batch, n, c_in, c_out, kernel, pad, groups } = *spec;
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, groups, .. } = *spec;
     let n_out = spec.n_out();
     let (cin_g, cout_g) = (c_in / groups, c_out / groups);
     let kc = kernel * cin_g;
@@ -101,7 +103,7 @@ fn grouped_into(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y
             col.par_chunks_mut(kc).enumerate().for_each(|(t, crow)| {
                 for k in 0..kernel {
                     let dst = &mut crow[k * cin_g..(k + 1) * cin_g];
-                    match source_row(t, k, pad, n) {
+                    match source_row(spec, t, k) {
                         Some(s) => dst.copy_from_slice(&xb[s * c_in + g * cin_g..s * c_in + (g + 1) * cin_g]),
                         None => dst.fill(0.0),
                     }
@@ -119,5 +121,98 @@ fn grouped_into(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y
             };
             gemm_raw(&spec, col, wp, yb, true);
         }
+    }
+}
+
+pub fn conv_transpose1d(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    let ConvTranspose1dSpec { batch, n, c_in, c_out, kernel, groups, .. } = *spec;
+    let n_out = spec.n_out();
+    if n_out == 0 || c_out == 0 {
+        return;
+    }
+    let (cin_g, cout_g) = (c_in / groups, c_out / groups);
+    for b in 0..batch {
+        let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
+        match bias {
+            Some(bv) => yb.par_chunks_mut(c_out).for_each(|r| r.copy_from_slice(&bv[..c_out])),
+            None => yb.fill(0.0),
+        }
+    }
+    if n == 0 || c_in == 0 {
+        return;
+    }
+    if cin_g == 1 && cout_g == 1 {
+        return transpose_depthwise(spec, x, w, y);
+    }
+    // Weights [c_in, cout_g, K] → per group [cin_g, K·cout_g] in (k, co) column order, so that
+    // the column matrix row of input row i holds tap k's outputs as one contiguous run.
+    let kc = kernel * cout_g;
+    with_scratch(c_in * kc, |wp| {
+        wp.par_chunks_mut(kc).enumerate().for_each(|(ci, row)| {
+            for co in 0..cout_g {
+                for k in 0..kernel {
+                    row[k * cout_g + co] = w[(ci * cout_g + co) * kernel + k];
+                }
+            }
+        });
+        with_scratch(n * kc, |cols| {
+            for b in 0..batch {
+                let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+                let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
+                for g in 0..groups {
+                    let spec_g = GemmSpec {
+                        m: n,
+                        n: kc,
+                        k: cin_g,
+                        batch: 1,
+                        a: MatLayout::row_major(c_in).at(g * cin_g),
+                        b: MatLayout::row_major(kc).at(g * cin_g * kc),
+                        c: MatLayout::row_major(kc),
+                        beta: 0.0,
+                    };
+                    gemm_raw(&spec_g, xb, wp, cols, true);
+                    let cols = &*cols;
+                    yb.par_chunks_mut(c_out).enumerate().for_each(|(o, yrow)| {
+                        let dst = &mut yrow[g * cout_g..(g + 1) * cout_g];
+                        for (i, k) in taps(spec, o) {
+                            let src = &cols[i * kc + k * cout_g..i * kc + (k + 1) * cout_g];
+                            super::simd::axpy(1.0, src, dst);
+                        }
+                    });
+                }
+            }
+        });
+    });
+}
+
+/// The (input row, tap) pairs that land on output row `o`: `i·stride + k − pad = o`.
+fn taps(spec: &ConvTranspose1dSpec, o: usize) -> impl Iterator<Item = (usize, usize)> {
+    let (stride, kernel, n) = (spec.stride, spec.kernel, spec.n);
+    let p = o + spec.pad;
+    // k = p − i·stride must lie in 0..kernel: i ≥ (p − kernel + 1)/stride (rounded up), i ≤ p/stride.
+    let lo = (p + 1).saturating_sub(kernel).div_ceil(stride);
+    let hi = (p / stride).min(n.saturating_sub(1));
+    (lo..=hi).filter(move |_| n > 0).map(move |i| (i, p - i * stride))
+}
+
+/// One filter per channel (Kokoro's `pool`: k3 s2, groups = channels): a direct gather,
+/// vectorised across channels.
+fn transpose_depthwise(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], y: &mut [f32]) {
+    let ConvTranspose1dSpec { batch, n, c_in: c, kernel, .. } = *spec;
+    let n_out = spec.n_out();
+    let mut wt = vec![0.0f32; kernel * c];
+    for ch in 0..c {
+        for k in 0..kernel {
+            wt[k * c + ch] = w[ch * kernel + k];
+        }
+    }
+    for b in 0..batch {
+        let xb = &x[b * n * c..(b + 1) * n * c];
+        let yb = &mut y[b * n_out * c..(b + 1) * n_out * c];
+        yb.par_chunks_mut(c).enumerate().for_each(|(o, yrow)| {
+            for (i, k) in taps(spec, o) {
+                super::simd::gated_add_row(yrow, &xb[i * c..(i + 1) * c], &wt[k * c..(k + 1) * c]);
+            }
+        });
     }
 }

@@ -5,14 +5,19 @@
 mod attention;
 mod conv;
 mod scratch;
+mod seq;
 pub(crate) mod simd;
+mod spectral;
 
 use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use crate::spec::{AttentionSpec, Conv1dSpec, GemmSpec, RopeSpec};
-use crate::{checked_mul, need, shape_err, Activation, Backend, Device, KitError, Result};
+use crate::check;
+use crate::spec::{
+    AttentionSpec, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec, RopeSpec, StftSpec,
+};
+use crate::{shape_err, Activation, Backend, Device, KitError, Result};
 
 /// Rows handed to one rayon task by the row-parallel ops: large enough that scheduling costs
 /// nothing next to the work, small enough to balance two to a few dozen threads.
@@ -219,14 +224,7 @@ impl Backend for CpuBackend {
         affine: Option<(&Vec<f32>, &Vec<f32>)>,
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        let op = "layer_norm";
-        let total = checked_mul(op, rows, d)?;
-        need(op, "x", x.len(), total)?;
-        need(op, "out", out.len(), total)?;
-        if let Some((w, b)) = affine {
-            need(op, "weight", w.len(), d)?;
-            need(op, "bias", b.len(), d)?;
-        }
+        let total = check::layer_norm(rows, d, x.len(), out.len(), affine.map(|(w, b)| (w.len(), b.len())))?;
         if d == 0 {
             return Ok(());
         }
@@ -255,12 +253,7 @@ impl Backend for CpuBackend {
         scale_off: usize,
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        let op = "adaln_modulate";
-        let total = checked_mul(op, rows, d)?;
-        need(op, "x", x.len(), total)?;
-        need(op, "out", out.len(), total)?;
-        need(op, "modulation (shift)", modulation.len(), shift_off.saturating_add(d))?;
-        need(op, "modulation (scale)", modulation.len(), scale_off.saturating_add(d))?;
+        let total = check::adaln_modulate(rows, d, x.len(), out.len(), modulation.len(), shift_off, scale_off)?;
         if d == 0 {
             return Ok(());
         }
@@ -278,11 +271,7 @@ impl Backend for CpuBackend {
     }
 
     fn gated_add(&self, x: &mut Vec<f32>, y: &Vec<f32>, rows: usize, d: usize, gates: &Vec<f32>, gate_off: usize) -> Result<()> {
-        let op = "gated_add";
-        let total = checked_mul(op, rows, d)?;
-        need(op, "x", x.len(), total)?;
-        need(op, "y", y.len(), total)?;
-        need(op, "gates", gates.len(), gate_off.saturating_add(d))?;
+        let total = check::gated_add(rows, d, x.len(), y.len(), gates.len(), gate_off)?;
         if d == 0 {
             return Ok(());
         }
@@ -298,11 +287,7 @@ impl Backend for CpuBackend {
     }
 
     fn grn(&self, x: &mut Vec<f32>, batch: usize, n: usize, d: usize, gamma: &Vec<f32>, beta: &Vec<f32>, eps: f32) -> Result<()> {
-        let op = "grn";
-        let total = checked_mul(op, checked_mul(op, batch, n)?, d)?;
-        need(op, "x", x.len(), total)?;
-        need(op, "gamma", gamma.len(), d)?;
-        need(op, "beta", beta.len(), d)?;
+        let total = check::grn(batch, n, d, x.len(), gamma.len(), beta.len())?;
         if d == 0 || n == 0 {
             return Ok(());
         }
@@ -364,10 +349,7 @@ impl Backend for CpuBackend {
     }
 
     fn merge_heads(&self, src: &Vec<f32>, batch: usize, n: usize, heads: usize, hd: usize, dst: &mut Vec<f32>) -> Result<()> {
-        let op = "merge_heads";
-        let total = checked_mul(op, checked_mul(op, batch * n, heads)?, hd)?;
-        need(op, "src", src.len(), total)?;
-        need(op, "dst", dst.len(), total)?;
+        let total = check::merge_heads(batch, n, heads, hd, src.len(), dst.len())?;
         if total == 0 {
             return Ok(());
         }
@@ -390,22 +372,111 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn conv_transpose1d(
+        &self,
+        spec: &ConvTranspose1dSpec,
+        x: &Vec<f32>,
+        weight: &Vec<f32>,
+        bias: Option<&Vec<f32>>,
+        y: &mut Vec<f32>,
+    ) -> Result<()> {
+        spec.validate(x.len(), weight.len(), bias.map(|b| b.len()), y.len())?;
+        self.run(|| conv::conv_transpose1d(spec, x, weight, bias.map(|b| b.as_slice()), y));
+        Ok(())
+    }
+
+    fn lstm(
+        &self,
+        spec: &LstmSpec,
+        lengths: &[usize],
+        gates_x: &Vec<f32>,
+        w_hh: &Vec<f32>,
+        state0: Option<(&Vec<f32>, &Vec<f32>)>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        spec.validate(lengths, gates_x.len(), w_hh.len(), state0.map(|(h, c)| (h.len(), c.len())), out.len())?;
+        self.run(|| seq::lstm(spec, lengths, gates_x, w_hh, state0.map(|(h, c)| (h.as_slice(), c.as_slice())), out));
+        Ok(())
+    }
+
+    fn instance_norm(
+        &self,
+        spec: &InstanceNormSpec,
+        x: &Vec<f32>,
+        affine: Option<(&Vec<f32>, &Vec<f32>)>,
+        style: Option<&Vec<f32>>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        spec.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), out.len())?;
+        let affine = affine.map(|(w, b)| (w.as_slice(), b.as_slice()));
+        self.run(|| seq::instance_norm(spec, x, affine, style.map(|s| s.as_slice()), out));
+        Ok(())
+    }
+
+    fn snake(&self, x: &mut Vec<f32>, rows: usize, c: usize, alpha: &Vec<f32>) -> Result<()> {
+        let total = check::snake(rows, c, x.len(), alpha.len())?;
+        self.run(|| seq::snake(&mut x[..total], c, alpha));
+        Ok(())
+    }
+
+    fn upsample_nearest(&self, x: &Vec<f32>, batch: usize, n: usize, c: usize, factor: usize, out: &mut Vec<f32>) -> Result<()> {
+        check::upsample_nearest(batch, n, c, factor, x.len(), out.len())?;
+        self.run(|| seq::upsample_nearest(x, batch, n, c, factor, out));
+        Ok(())
+    }
+
+    fn interpolate_linear(&self, spec: &InterpolateSpec, x: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
+        spec.validate(x.len(), out.len())?;
+        self.run(|| seq::interpolate_linear(spec, x, out));
+        Ok(())
+    }
+
+    fn pad1d(&self, spec: &Pad1dSpec, x: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
+        spec.validate(x.len(), out.len())?;
+        self.run(|| seq::pad1d(spec, x, out));
+        Ok(())
+    }
+
+    fn cumsum(&self, x: &Vec<f32>, batch: usize, n: usize, c: usize, out: &mut Vec<f32>) -> Result<()> {
+        check::cumsum(batch, n, c, x.len(), out.len())?;
+        self.run(|| seq::cumsum(x, batch, n, c, out));
+        Ok(())
+    }
+
+    fn stft(&self, spec: &StftSpec, signal: &Vec<f32>, mag: &mut Vec<f32>, phase: &mut Vec<f32>) -> Result<()> {
+        spec.validate("stft", signal.len(), mag.len(), phase.len())?;
+        self.run(|| spectral::stft(spec, signal, mag, phase));
+        Ok(())
+    }
+
+    fn istft(&self, spec: &StftSpec, mag: &Vec<f32>, phase: &Vec<f32>, signal: &mut Vec<f32>) -> Result<()> {
+        spec.validate("istft", signal.len(), mag.len(), phase.len())?;
+        self.run(|| spectral::istft(spec, mag, phase, signal));
+        Ok(())
+    }
+
     fn activation(&self, act: Activation, x: &mut Vec<f32>, len: usize) -> Result<()> {
-        need("activation", "x", x.len(), len)?;
-        let f: fn(&mut [f32]) = match act {
-            Activation::GeluErf => simd::map_gelu_erf,
-            Activation::GeluTanh => simd::map_gelu_tanh,
-            Activation::Silu => simd::map_silu,
-            Activation::Mish => simd::map_mish,
+        check::elementwise("activation", len, x.len())?;
+        let f = move |c: &mut [f32]| match act {
+            Activation::GeluErf => simd::map_gelu_erf(c),
+            Activation::GeluTanh => simd::map_gelu_tanh(c),
+            Activation::Silu => simd::map_silu(c),
+            Activation::Mish => simd::map_mish(c),
+            Activation::LeakyRelu(slope) => c.iter_mut().for_each(|v| *v = if *v >= 0.0 { *v } else { *v * slope }),
+            // Exact libm forms: these feed a model's sine source and spectrum, where the fast
+            // approximations' 1e-7 errors would be amplified.
+            Activation::Sigmoid => c.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+            Activation::Tanh => c.iter_mut().for_each(|v| *v = v.tanh()),
+            Activation::Sin => c.iter_mut().for_each(|v| *v = v.sin()),
+            Activation::Exp => c.iter_mut().for_each(|v| *v = v.exp()),
+            Activation::Scale(a) => c.iter_mut().for_each(|v| *v *= a),
         };
         self.run(|| x[..len].par_chunks_mut(4096).for_each(f));
         Ok(())
     }
 
     fn cfg_combine(&self, pred: &Vec<f32>, half: usize, strength: f32, out: &mut Vec<f32>) -> Result<()> {
-        let op = "cfg_combine";
-        need(op, "pred", pred.len(), checked_mul(op, half, 2)?)?;
-        need(op, "out", out.len(), half)?;
+        check::cfg_combine(half, pred.len(), out.len())?;
         let (c, u) = pred.split_at(half);
         for ((o, &ci), &ui) in out[..half].iter_mut().zip(c).zip(&u[..half]) {
             *o = ci + (ci - ui) * strength;
@@ -414,16 +485,13 @@ impl Backend for CpuBackend {
     }
 
     fn axpy(&self, a: f32, x: &Vec<f32>, y: &mut Vec<f32>, len: usize) -> Result<()> {
-        need("axpy", "x", x.len(), len)?;
-        need("axpy", "y", y.len(), len)?;
+        check::axpy(len, x.len(), y.len())?;
         self.run(|| y[..len].par_chunks_mut(8192).zip(x[..len].par_chunks(8192)).for_each(|(yc, xc)| simd::axpy(a, xc, yc)));
         Ok(())
     }
 
     fn mask_rows(&self, x: &mut Vec<f32>, rows: usize, d: usize, keep: &Vec<f32>) -> Result<()> {
-        let op = "mask_rows";
-        need(op, "x", x.len(), checked_mul(op, rows, d)?)?;
-        need(op, "keep", keep.len(), rows)?;
+        check::mask_rows(rows, d, x.len(), keep.len())?;
         if d == 0 {
             return Ok(());
         }
@@ -436,12 +504,8 @@ impl Backend for CpuBackend {
     }
 
     fn concat_features(&self, parts: &[(&Vec<f32>, usize)], rows: usize, out: &mut Vec<f32>) -> Result<()> {
-        let op = "concat_features";
-        let width: usize = parts.iter().map(|p| p.1).sum();
-        need(op, "out", out.len(), checked_mul(op, rows, width)?)?;
-        for (i, (p, w)) in parts.iter().enumerate() {
-            need(op, &format!("part {i}"), p.len(), checked_mul(op, rows, *w)?)?;
-        }
+        let lens: Vec<(usize, usize)> = parts.iter().map(|(p, w)| (p.len(), *w)).collect();
+        let width = check::concat_features(&lens, rows, out.len())?;
         if width == 0 {
             return Ok(());
         }
@@ -458,25 +522,16 @@ impl Backend for CpuBackend {
     }
 
     fn embedding(&self, table: &Vec<f32>, dim: usize, ids: &[u32], out: &mut Vec<f32>) -> Result<()> {
-        let op = "embedding";
-        need(op, "out", out.len(), checked_mul(op, ids.len(), dim)?)?;
-        let vocab = table.len().checked_div(dim).unwrap_or(0);
+        check::embedding(table.len(), dim, ids, out.len())?;
         for (r, &id) in ids.iter().enumerate() {
             let id = id as usize;
-            if id >= vocab {
-                return Err(shape_err(op, format!("id {id} at position {r} is outside the table of {vocab} rows")));
-            }
             out[r * dim..(r + 1) * dim].copy_from_slice(&table[id * dim..(id + 1) * dim]);
         }
         Ok(())
     }
 
     fn polar_spectrum(&self, h: &Vec<f32>, frames: usize, bins: usize, mag_max: f32, re: &mut Vec<f32>, im: &mut Vec<f32>) -> Result<()> {
-        let op = "polar_spectrum";
-        let half = checked_mul(op, frames, bins)?;
-        need(op, "h", h.len(), checked_mul(op, half, 2)?)?;
-        need(op, "re", re.len(), half)?;
-        need(op, "im", im.len(), half)?;
+        let half = check::polar_spectrum(frames, bins, h.len(), re.len(), im.len())?;
         if bins == 0 {
             return Ok(());
         }

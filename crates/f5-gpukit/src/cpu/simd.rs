@@ -150,6 +150,28 @@ dispatch! {
 }
 
 dispatch! {
+    /// Σ a·b with 16 independent lanes (the LSTM's recurrent matrix-vector product).
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        let mut acc = [0.0f32; 16];
+        let mut ca = a.chunks_exact(16);
+        let mut cb = b.chunks_exact(16);
+        for (x, y) in (&mut ca).zip(&mut cb) {
+            for i in 0..16 { acc[i] += x[i] * y[i]; }
+        }
+        let mut s = 0.0f32;
+        for (x, y) in ca.remainder().iter().zip(cb.remainder()) { s += x * y; }
+        let mut half = 8;
+        while half > 0 {
+            for i in 0..half { acc[i] += acc[i + half]; }
+            half /= 2;
+        }
+        acc[0] + s
+    }
+}
+
+dispatch! {
     /// Σ (x − mean)², the second pass of a two-pass variance.
     pub fn sum_sq_dev(x: &[f32], mean: f32) -> f32 {
         let mut acc = [0.0f32; 16];

@@ -13,6 +13,7 @@
 
 mod gemm;
 mod modules;
+mod seq_ops;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,8 +25,11 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 
 pub use modules::KernelSource;
 
-use crate::spec::{AttentionSpec, Conv1dSpec, GemmSpec, RopeSpec};
-use crate::{checked_mul, need, shape_err, Activation, Backend, Device, KitError, Result};
+use crate::check;
+use crate::spec::{
+    AttentionSpec, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec, RopeSpec, StftSpec,
+};
+use crate::{shape_err, Activation, Backend, Device, KitError, Result};
 
 /// How [`Backend::upload_weight`] stores weights, and so which GEMMs use the tensor cores.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -531,7 +535,7 @@ impl Backend for CudaBackend {
             self.gemm_f32(&call, a, b, c, spec.beta)?;
         }
         if let Some(bias) = bias {
-            let total = checked_mul("gemm", checked_mul("gemm", spec.batch, spec.m)?, spec.n)?;
+            let total = crate::spec::product("gemm", &[spec.batch, spec.m, spec.n])?;
             let args = [
                 self.at(c, spec.c.offset),
                 self.at(bias, 0),
@@ -580,14 +584,7 @@ impl Backend for CudaBackend {
         affine: Option<(&CudaBuf, &CudaBuf)>,
         out: &mut CudaBuf,
     ) -> Result<()> {
-        let op = "layer_norm";
-        let total = checked_mul(op, rows, d)?;
-        need(op, "x", x.len, total)?;
-        need(op, "out", out.len, total)?;
-        if let Some((w, b)) = affine {
-            need(op, "weight", w.len, d)?;
-            need(op, "bias", b.len, d)?;
-        }
+        let total = check::layer_norm(rows, d, x.len, out.len, affine.map(|(w, b)| (w.len, b.len)))?;
         if total == 0 {
             return Ok(());
         }
@@ -612,12 +609,7 @@ impl Backend for CudaBackend {
         scale_off: usize,
         out: &mut CudaBuf,
     ) -> Result<()> {
-        let op = "adaln_modulate";
-        let total = checked_mul(op, rows, d)?;
-        need(op, "x", x.len, total)?;
-        need(op, "out", out.len, total)?;
-        need(op, "modulation (shift)", modulation.len, shift_off.saturating_add(d))?;
-        need(op, "modulation (scale)", modulation.len, scale_off.saturating_add(d))?;
+        let total = check::adaln_modulate(rows, d, x.len, out.len, modulation.len, shift_off, scale_off)?;
         if total == 0 {
             return Ok(());
         }
@@ -634,24 +626,17 @@ impl Backend for CudaBackend {
     }
 
     fn gated_add(&self, x: &mut CudaBuf, y: &CudaBuf, rows: usize, d: usize, gates: &CudaBuf, gate_off: usize) -> Result<()> {
-        let op = "gated_add";
-        let total = checked_mul(op, rows, d)?;
-        need(op, "x", x.len, total)?;
-        need(op, "y", y.len, total)?;
-        need(op, "gates", gates.len, gate_off.saturating_add(d))?;
+        let total = check::gated_add(rows, d, x.len, y.len, gates.len, gate_off)?;
         self.elementwise("gated_add", total, &[self.at(x, 0), self.at(y, 0), self.at(gates, gate_off), Self::u(total), Self::u(d)])
     }
 
     fn grn(&self, x: &mut CudaBuf, batch: usize, n: usize, d: usize, gamma: &CudaBuf, beta: &CudaBuf, eps: f32) -> Result<()> {
         let op = "grn";
-        let total = checked_mul(op, checked_mul(op, batch, n)?, d)?;
-        need(op, "x", x.len, total)?;
-        need(op, "gamma", gamma.len, d)?;
-        need(op, "beta", beta.len, d)?;
+        let total = check::grn(batch, n, d, x.len, gamma.len, beta.len)?;
         if total == 0 {
             return Ok(());
         }
-        let g = self.device_alloc::<f32>(checked_mul(op, batch, d)?, "GRN norms")?;
+        let g = self.device_alloc::<f32>(crate::spec::product(op, &[batch, d])?, "GRN norms")?;
         let pg = Arg::U64(self.addr(&g, 0, 4));
         let cfg = LaunchConfig {
             grid_dim: (grid_dim(op, "channel blocks", d.div_ceil(32), i32::MAX as usize)?, grid_dim(op, "batch", batch, 65_535)?, 1),
@@ -691,17 +676,17 @@ impl Backend for CudaBackend {
     }
 
     fn merge_heads(&self, src: &CudaBuf, batch: usize, n: usize, heads: usize, hd: usize, dst: &mut CudaBuf) -> Result<()> {
-        let op = "merge_heads";
-        let total = checked_mul(op, checked_mul(op, checked_mul(op, batch, n)?, heads)?, hd)?;
-        need(op, "src", src.len, total)?;
-        need(op, "dst", dst.len, total)?;
+        let total = check::merge_heads(batch, n, heads, hd, src.len, dst.len)?;
         let args = [self.at(src, 0), self.at(dst, 0), Self::u(batch), Self::u(n), Self::u(heads), Self::u(hd)];
         self.elementwise("merge_heads", total, &args)
     }
 
     fn conv1d(&self, spec: &Conv1dSpec, x: &CudaBuf, weight: &CudaBuf, bias: Option<&CudaBuf>, y: &mut CudaBuf) -> Result<()> {
         spec.validate(x.len, weight.len, bias.map(|b| b.len), y.len)?;
-        let Conv1dSpec { batch, n, c_in, c_out, kernel, pad, groups } = *spec;
+        if spec.stride != 1 || spec.dilation != 1 || spec.pad_mode != crate::PadMode::Zeros {
+            return seq_ops::conv1d_general(self, spec, x, weight, bias, y);
+        }
+        let Conv1dSpec { batch, n, c_in, c_out, kernel, pad, groups, .. } = *spec;
         let n_out = spec.n_out();
         if batch == 0 || n_out == 0 || c_out == 0 {
             return Ok(());
@@ -764,44 +749,35 @@ impl Backend for CudaBackend {
     }
 
     fn activation(&self, act: Activation, x: &mut CudaBuf, len: usize) -> Result<()> {
-        need("activation", "x", x.len, len)?;
+        check::elementwise("activation", len, x.len)?;
         let name = match act {
             Activation::GeluErf => "gelu_erf",
             Activation::GeluTanh => "gelu_tanh",
             Activation::Silu => "silu",
             Activation::Mish => "mish",
+            other => return seq_ops::activation(self, other, x, len),
         };
         self.elementwise(name, len, &[self.at(x, 0), Self::u(len)])
     }
 
     fn cfg_combine(&self, pred: &CudaBuf, half: usize, strength: f32, out: &mut CudaBuf) -> Result<()> {
-        let op = "cfg_combine";
-        need(op, "pred", pred.len, checked_mul(op, half, 2)?)?;
-        need(op, "out", out.len, half)?;
+        check::cfg_combine(half, pred.len, out.len)?;
         self.elementwise("cfg_combine", half, &[self.at(pred, 0), self.at(out, 0), Self::u(half), Arg::F32(strength)])
     }
 
     fn axpy(&self, a: f32, x: &CudaBuf, y: &mut CudaBuf, len: usize) -> Result<()> {
-        need("axpy", "x", x.len, len)?;
-        need("axpy", "y", y.len, len)?;
+        check::axpy(len, x.len, y.len)?;
         self.elementwise("axpy", len, &[Arg::F32(a), self.at(x, 0), self.at(y, 0), Self::u(len)])
     }
 
     fn mask_rows(&self, x: &mut CudaBuf, rows: usize, d: usize, keep: &CudaBuf) -> Result<()> {
-        let op = "mask_rows";
-        let total = checked_mul(op, rows, d)?;
-        need(op, "x", x.len, total)?;
-        need(op, "keep", keep.len, rows)?;
+        let total = check::mask_rows(rows, d, x.len, keep.len)?;
         self.elementwise("mask_rows", total, &[self.at(x, 0), self.at(keep, 0), Self::u(total), Self::u(d)])
     }
 
     fn concat_features(&self, parts: &[(&CudaBuf, usize)], rows: usize, out: &mut CudaBuf) -> Result<()> {
-        let op = "concat_features";
-        let width = parts.iter().try_fold(0usize, |acc, p| acc.checked_add(p.1)).ok_or_else(|| shape_err(op, "total width overflows"))?;
-        need(op, "out", out.len, checked_mul(op, rows, width)?)?;
-        for (i, (p, w)) in parts.iter().enumerate() {
-            need(op, &format!("part {i}"), p.len, checked_mul(op, rows, *w)?)?;
-        }
+        let lens: Vec<(usize, usize)> = parts.iter().map(|(p, w)| (p.len, *w)).collect();
+        let width = check::concat_features(&lens, rows, out.len)?;
         let mut at = 0;
         for (p, w) in parts {
             let args = [self.at(p, 0), Self::u(*w), self.at(out, at), Self::u(width), Self::u(rows), Self::u(*w)];
@@ -812,14 +788,7 @@ impl Backend for CudaBackend {
     }
 
     fn embedding(&self, table: &CudaBuf, dim: usize, ids: &[u32], out: &mut CudaBuf) -> Result<()> {
-        let op = "embedding";
-        need(op, "out", out.len, checked_mul(op, ids.len(), dim)?)?;
-        let vocab = table.len.checked_div(dim).unwrap_or(0);
-        for (r, &id) in ids.iter().enumerate() {
-            if id as usize >= vocab {
-                return Err(shape_err(op, format!("id {id} at position {r} is outside the table of {vocab} rows")));
-            }
-        }
+        check::embedding(table.len, dim, ids, out.len)?;
         if ids.is_empty() || dim == 0 {
             return Ok(());
         }
@@ -830,13 +799,81 @@ impl Backend for CudaBackend {
     }
 
     fn polar_spectrum(&self, h: &CudaBuf, frames: usize, bins: usize, mag_max: f32, re: &mut CudaBuf, im: &mut CudaBuf) -> Result<()> {
-        let op = "polar_spectrum";
-        let half = checked_mul(op, frames, bins)?;
-        need(op, "h", h.len, checked_mul(op, half, 2)?)?;
-        need(op, "re", re.len, half)?;
-        need(op, "im", im.len, half)?;
+        let half = check::polar_spectrum(frames, bins, h.len, re.len, im.len)?;
         let args = [self.at(h, 0), self.at(re, 0), self.at(im, 0), Self::u(frames), Self::u(bins), Arg::F32(mag_max)];
         self.elementwise("polar_spectrum", half, &args)
+    }
+
+    fn conv_transpose1d(
+        &self,
+        spec: &ConvTranspose1dSpec,
+        x: &CudaBuf,
+        weight: &CudaBuf,
+        bias: Option<&CudaBuf>,
+        y: &mut CudaBuf,
+    ) -> Result<()> {
+        spec.validate(x.len, weight.len, bias.map(|b| b.len), y.len)?;
+        seq_ops::conv_transpose1d(self, spec, x, weight, bias, y)
+    }
+
+    fn lstm(
+        &self,
+        spec: &LstmSpec,
+        lengths: &[usize],
+        gates_x: &CudaBuf,
+        w_hh: &CudaBuf,
+        state0: Option<(&CudaBuf, &CudaBuf)>,
+        out: &mut CudaBuf,
+    ) -> Result<()> {
+        spec.validate(lengths, gates_x.len, w_hh.len, state0.map(|(h, c)| (h.len, c.len)), out.len)?;
+        seq_ops::lstm(self, spec, lengths, gates_x, w_hh, state0, out)
+    }
+
+    fn instance_norm(
+        &self,
+        spec: &InstanceNormSpec,
+        x: &CudaBuf,
+        affine: Option<(&CudaBuf, &CudaBuf)>,
+        style: Option<&CudaBuf>,
+        out: &mut CudaBuf,
+    ) -> Result<()> {
+        spec.validate(x.len, affine.map(|(w, b)| (w.len, b.len)), style.map(|s| s.len), out.len)?;
+        seq_ops::instance_norm(self, spec, x, affine, style, out)
+    }
+
+    fn snake(&self, x: &mut CudaBuf, rows: usize, c: usize, alpha: &CudaBuf) -> Result<()> {
+        let total = check::snake(rows, c, x.len, alpha.len)?;
+        seq_ops::snake(self, x, total, c, alpha)
+    }
+
+    fn upsample_nearest(&self, x: &CudaBuf, batch: usize, n: usize, c: usize, factor: usize, out: &mut CudaBuf) -> Result<()> {
+        let total = check::upsample_nearest(batch, n, c, factor, x.len, out.len)?;
+        seq_ops::upsample_nearest(self, x, total, n, c, factor, out)
+    }
+
+    fn interpolate_linear(&self, spec: &InterpolateSpec, x: &CudaBuf, out: &mut CudaBuf) -> Result<()> {
+        spec.validate(x.len, out.len)?;
+        seq_ops::interpolate_linear(self, spec, x, out)
+    }
+
+    fn pad1d(&self, spec: &Pad1dSpec, x: &CudaBuf, out: &mut CudaBuf) -> Result<()> {
+        spec.validate(x.len, out.len)?;
+        seq_ops::pad1d(self, spec, x, out)
+    }
+
+    fn cumsum(&self, x: &CudaBuf, batch: usize, n: usize, c: usize, out: &mut CudaBuf) -> Result<()> {
+        check::cumsum(batch, n, c, x.len, out.len)?;
+        seq_ops::cumsum(self, x, batch, n, c, out)
+    }
+
+    fn stft(&self, spec: &StftSpec, signal: &CudaBuf, mag: &mut CudaBuf, phase: &mut CudaBuf) -> Result<()> {
+        spec.validate("stft", signal.len, mag.len, phase.len)?;
+        seq_ops::stft(self, spec, signal, mag, phase)
+    }
+
+    fn istft(&self, spec: &StftSpec, mag: &CudaBuf, phase: &CudaBuf, signal: &mut CudaBuf) -> Result<()> {
+        spec.validate("istft", signal.len, mag.len, phase.len)?;
+        seq_ops::istft(self, spec, mag, phase, signal)
     }
 }
 

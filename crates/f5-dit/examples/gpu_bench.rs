@@ -5,7 +5,7 @@
 //! f32 and with bf16 weights, eager and replayed from a CUDA graph.
 //!
 //! ```sh
-//! cargo run --release -p f5-gpukit --features cuda --example gpu_bench -- --json out.json
+//! cargo run --release -p f5-dit --features cuda --example gpu_bench -- --json out.json
 //! ```
 //!
 //! Options: `--tiny PATH` (tiny F5 checkpoint; default the fixture), `--frames 1000,2000`,
@@ -16,9 +16,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use f5_gpukit::{
-    Activation, AttentionSpec, Backend, Conv1dSpec, CpuBackend, CudaBackend, CudaOptions, GemmSpec, Linear, RopeSpec, StridedRows,
-    WeightPrecision,
+    Activation, AttentionSpec, Backend, Conv1dSpec, CpuBackend, CudaBackend, CudaOptions, GemmSpec, RopeSpec, StridedRows, WeightPrecision,
 };
+use f5_nn::Linear;
 use serde_json::{json, Value};
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -155,7 +155,7 @@ struct Dit<B: Backend> {
 
 fn linear<B: Backend>(kit: &B, rng: &mut Rng, out: usize, inp: usize) -> AnyResult<Linear<B>> {
     let scale = 1.0 / (inp as f32).sqrt();
-    Ok(Linear { weight: kit.upload_weight(&rng.vec(out * inp, scale))?, bias: kit.upload(&rng.vec(out, 0.1))?, out, inp })
+    Ok(Linear { weight: kit.upload_weight(&rng.vec(out * inp, scale))?, bias: Some(kit.upload(&rng.vec(out, 0.1))?), out, inp })
 }
 
 impl<B: Backend> Dit<B> {
@@ -223,13 +223,13 @@ impl<B: Backend> Dit<B> {
         let (n, rows) = (self.n, self.rows);
         let bn = rows * n;
         let eps = 1e-6;
-        kit.gemm(&GemmSpec::linear(n, mel, d), &self.x, &self.input.weight, Some(&self.input.bias), &mut self.xproj)?;
+        kit.gemm(&GemmSpec::linear(n, mel, d), &self.x, &self.input.weight, self.input.bias.as_ref(), &mut self.xproj)?;
         kit.copy(&self.base, 0, &mut self.h, 0, bn * d)?;
         for r in 0..rows {
             kit.copy(&self.xproj, 0, &mut self.hn, r * n * d, n * d)?;
         }
         kit.axpy(1.0, &self.hn, &mut self.h, bn * d)?;
-        let spec = Conv1dSpec { batch: rows, n, c_in: d, c_out: d, kernel: conv_k, pad: conv_k / 2, groups: conv_groups };
+        let spec = Conv1dSpec::new(rows, n, d, d, conv_k).pad(conv_k / 2).groups(conv_groups);
         kit.conv1d(&spec, &self.h, &self.conv[0].0, Some(&self.conv[0].1), &mut self.conv_buf)?;
         kit.activation(Activation::Mish, &mut self.conv_buf, bn * d)?;
         kit.conv1d(&spec, &self.conv_buf, &self.conv[1].0, Some(&self.conv[1].1), &mut self.hn)?;

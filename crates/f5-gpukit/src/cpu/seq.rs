@@ -1,0 +1,182 @@
+//! The sequence ops a second model family needs (Kokoro: StyleTTS2 + ISTFTNet): the LSTM
+//! recurrence, instance norm with style modulation, Snake, resampling along time, padding and
+//! the f64 running sum. All on channels-last `[batch, n, c]`.
+
+use rayon::prelude::*;
+
+use super::simd;
+use crate::spec::{InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec};
+
+/// Gate rows computed by one task within a step of the recurrence: the step's `4·hidden` dot
+/// products split across the pool (Kokoro: 1024 dots of 256 per step, 512 steps).
+const GATES_PER_TASK: usize = 128;
+
+pub fn lstm(spec: &LstmSpec, lengths: &[usize], gates_x: &[f32], w_hh: &[f32], state0: Option<(&[f32], &[f32])>, out: &mut [f32]) {
+    let LstmSpec { batch, n, hidden: h, reverse, out: rows } = *spec;
+    if h == 0 || n == 0 {
+        return;
+    }
+    let g4 = 4 * h;
+    for b in 0..batch {
+        let len = lengths[b];
+        let (mut hs, mut cs) = match state0 {
+            Some((h0, c0)) => (h0[b * h..(b + 1) * h].to_vec(), c0[b * h..(b + 1) * h].to_vec()),
+            None => (vec![0.0f32; h], vec![0.0f32; h]),
+        };
+        let mut gates = vec![0.0f32; g4];
+        for step in 0..len {
+            let t = if reverse { len - 1 - step } else { step };
+            let gx = &gates_x[(b * n + t) * g4..(b * n + t + 1) * g4];
+            let hs_ref = &hs;
+            gates.par_chunks_mut(GATES_PER_TASK).enumerate().for_each(|(ci, chunk)| {
+                for (j, g) in chunk.iter_mut().enumerate() {
+                    let row = ci * GATES_PER_TASK + j;
+                    *g = gx[row] + simd::dot(&w_hh[row * h..(row + 1) * h], hs_ref);
+                }
+            });
+            for j in 0..h {
+                let i_g = sigmoid(gates[j]);
+                let f_g = sigmoid(gates[h + j]);
+                let g_g = gates[2 * h + j].tanh();
+                let o_g = sigmoid(gates[3 * h + j]);
+                cs[j] = f_g * cs[j] + i_g * g_g;
+                hs[j] = o_g * cs[j].tanh();
+            }
+            let at = rows.offset + (b * n + t) * rows.row_stride;
+            out[at..at + h].copy_from_slice(&hs);
+        }
+        for t in len..n {
+            let at = rows.offset + (b * n + t) * rows.row_stride;
+            out[at..at + h].fill(0.0);
+        }
+    }
+}
+
+#[inline]
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+pub fn instance_norm(spec: &InstanceNormSpec, x: &[f32], affine: Option<(&[f32], &[f32])>, style: Option<&[f32]>, out: &mut [f32]) {
+    let InstanceNormSpec { batch, n, c, eps } = *spec;
+    if n == 0 || c == 0 {
+        return;
+    }
+    for b in 0..batch {
+        let xb = &x[b * n * c..(b + 1) * n * c];
+        // Per-channel statistics in f64, two passes: the mean first, then the biased variance
+        // around it (no cancellation however large the mean).
+        let mut mean = vec![0.0f64; c];
+        for row in xb.chunks(c) {
+            for (m, &v) in mean.iter_mut().zip(row) {
+                *m += v as f64;
+            }
+        }
+        mean.iter_mut().for_each(|m| *m /= n as f64);
+        let mut var = vec![0.0f64; c];
+        for row in xb.chunks(c) {
+            for ((s, &v), &m) in var.iter_mut().zip(row).zip(&mean) {
+                let d = v as f64 - m;
+                *s += d * d;
+            }
+        }
+        // y = (x − mean)·a + d per channel, folding normalisation, affine and style into one
+        // scale and shift; the mean is subtracted first, so a large offset cancels exactly.
+        let mean32: Vec<f32> = mean.iter().map(|&m| m as f32).collect();
+        let mut scale = vec![0.0f32; c];
+        let mut shift = vec![0.0f32; c];
+        for j in 0..c {
+            let rstd = 1.0 / (var[j] / n as f64 + eps as f64).sqrt();
+            let (w, bias) = affine.map_or((1.0, 0.0), |(w, bb)| (w[j] as f64, bb[j] as f64));
+            let (gamma, beta) = style.map_or((0.0, 0.0), |s| (s[b * 2 * c + j] as f64, s[b * 2 * c + c + j] as f64));
+            scale[j] = ((1.0 + gamma) * w * rstd) as f32;
+            shift[j] = ((1.0 + gamma) * bias + beta) as f32;
+        }
+        let ob = &mut out[b * n * c..(b + 1) * n * c];
+        ob.par_chunks_mut(c * 16).zip(xb.par_chunks(c * 16)).for_each(|(o, xi)| {
+            for (orow, xrow) in o.chunks_mut(c).zip(xi.chunks(c)) {
+                for j in 0..c {
+                    orow[j] = (xrow[j] - mean32[j]) * scale[j] + shift[j];
+                }
+            }
+        });
+    }
+}
+
+pub fn snake(x: &mut [f32], c: usize, alpha: &[f32]) {
+    if c == 0 {
+        return;
+    }
+    let alpha = &alpha[..c];
+    x.par_chunks_mut(c * 16).for_each(|rows| {
+        for row in rows.chunks_mut(c) {
+            for (v, &a) in row.iter_mut().zip(alpha) {
+                let s = (a * *v).sin();
+                *v += (1.0 / a) * (s * s);
+            }
+        }
+    });
+}
+
+pub fn upsample_nearest(x: &[f32], batch: usize, n: usize, c: usize, factor: usize, out: &mut [f32]) {
+    if c == 0 {
+        return;
+    }
+    out[..batch * n * factor * c].par_chunks_mut(c).enumerate().for_each(|(r, row)| {
+        let (b, t) = (r / (n * factor), r % (n * factor));
+        let s = (b * n + t / factor) * c;
+        row.copy_from_slice(&x[s..s + c]);
+    });
+}
+
+pub fn interpolate_linear(spec: &InterpolateSpec, x: &[f32], out: &mut [f32]) {
+    let InterpolateSpec { batch, n_in, n_out, c, ratio } = *spec;
+    if c == 0 || n_out == 0 {
+        return;
+    }
+    out[..batch * n_out * c].par_chunks_mut(c).enumerate().for_each(|(r, row)| {
+        let (b, t) = (r / n_out, r % n_out);
+        // PyTorch's CPU kernel, in f32: src = max(ratio·(t + 0.5) − 0.5, 0), i0 = ⌊src⌋,
+        // i1 = i0 + 1 unless i0 is the last row, weights (1 − λ, λ) with λ = src − i0.
+        let src = (ratio * (t as f32 + 0.5) - 0.5).max(0.0);
+        let i0 = (src as usize).min(n_in - 1);
+        let i1 = if i0 + 1 < n_in { i0 + 1 } else { i0 };
+        let l1 = src - i0 as f32;
+        let l0 = 1.0 - l1;
+        let a = &x[(b * n_in + i0) * c..(b * n_in + i0 + 1) * c];
+        let bb = &x[(b * n_in + i1) * c..(b * n_in + i1 + 1) * c];
+        for j in 0..c {
+            row[j] = l0 * a[j] + l1 * bb[j];
+        }
+    });
+}
+
+pub fn pad1d(spec: &Pad1dSpec, x: &[f32], out: &mut [f32]) {
+    let Pad1dSpec { batch, n, c, left, mode, .. } = *spec;
+    let n_out = spec.n_out();
+    if c == 0 {
+        return;
+    }
+    out[..batch * n_out * c].par_chunks_mut(c).enumerate().for_each(|(r, row)| {
+        let (b, p) = (r / n_out, r % n_out);
+        match mode.source(p, left, n) {
+            Some(s) => row.copy_from_slice(&x[(b * n + s) * c..(b * n + s + 1) * c]),
+            None => row.fill(0.0),
+        }
+    });
+}
+
+pub fn cumsum(x: &[f32], batch: usize, n: usize, c: usize, out: &mut [f32]) {
+    if c == 0 || n == 0 {
+        return;
+    }
+    out[..batch * n * c].par_chunks_mut(n * c).zip(x[..batch * n * c].par_chunks(n * c)).for_each(|(o, xi)| {
+        let mut acc = vec![0.0f64; c];
+        for (orow, xrow) in o.chunks_mut(c).zip(xi.chunks(c)) {
+            for j in 0..c {
+                acc[j] += xrow[j] as f64;
+                orow[j] = acc[j] as f32;
+            }
+        }
+    });
+}

@@ -1,0 +1,272 @@
+//! The layers every model is built from, each loading itself from a [`Scope`] and running on
+//! any backend. Activations are channels-last `[batch, n, channels]` (`[rows, features]`).
+
+use f5_gpukit::{Activation, Backend, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, KitError, LstmSpec, StridedRows};
+
+/// What running a layer can fail with: the kit's own errors (layers only compose kit ops).
+type RunResult<T> = f5_gpukit::Result<T>;
+
+use crate::{Result, Scope};
+
+/// A PyTorch `nn.Linear`: weight `[out, inp]` used in place (read transposed by the GEMM, no
+/// copy; uploaded through `upload_weight`) and an optional bias `[out]`.
+pub struct Linear<B: Backend> {
+    pub weight: B::Buf,
+    pub bias: Option<B::Buf>,
+    pub out: usize,
+    pub inp: usize,
+}
+
+impl<B: Backend> Linear<B> {
+    /// `name.weight` `[out, inp]` (plain or weight-normed) and `name.bias` `[out]`.
+    pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, out: usize, inp: usize) -> Result<Self> {
+        let mut s = w.scope(name);
+        Ok(Linear { weight: s.gemm_weight(kit, "weight", &[out, inp])?, bias: Some(s.tensor(kit, "bias", &[out])?), out, inp })
+    }
+
+    /// As [`Linear::load`] for a layer built with `bias=False`.
+    pub fn load_no_bias(w: &mut Scope<'_>, kit: &B, name: &str, out: usize, inp: usize) -> Result<Self> {
+        Ok(Linear { weight: w.scope(name).gemm_weight(kit, "weight", &[out, inp])?, bias: None, out, inp })
+    }
+
+    /// `y[rows, out] = x[rows, inp] · Wᵀ (+ b)`.
+    pub fn apply(&self, kit: &B, x: &B::Buf, rows: usize, y: &mut B::Buf) -> RunResult<()> {
+        kit.gemm(&GemmSpec::linear(rows, self.inp, self.out), x, &self.weight, self.bias.as_ref(), y)
+    }
+}
+
+/// `nn.LayerNorm` over the last axis, with or without the affine.
+pub struct LayerNorm<B: Backend> {
+    pub affine: Option<(B::Buf, B::Buf)>,
+    pub d: usize,
+    pub eps: f32,
+}
+
+impl<B: Backend> LayerNorm<B> {
+    /// `name.weight` and `name.bias`, `[d]` each.
+    pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, d: usize, eps: f32) -> Result<Self> {
+        let mut s = w.scope(name);
+        Ok(LayerNorm { affine: Some((s.tensor(kit, "weight", &[d])?, s.tensor(kit, "bias", &[d])?)), d, eps })
+    }
+
+    /// Without parameters (`elementwise_affine=False`).
+    pub fn plain(d: usize, eps: f32) -> Self {
+        LayerNorm { affine: None, d, eps }
+    }
+
+    pub fn apply(&self, kit: &B, x: &B::Buf, rows: usize, out: &mut B::Buf) -> RunResult<()> {
+        kit.layer_norm(x, rows, self.d, self.eps, self.affine.as_ref().map(|(w, b)| (w, b)), out)
+    }
+}
+
+/// `nn.Conv1d` (any stride, dilation, groups and padding mode), weight plain or weight-normed.
+pub struct Conv1d<B: Backend> {
+    pub weight: B::Buf,
+    pub bias: Option<B::Buf>,
+    /// The shape with `batch`/`n` filled in per call.
+    pub spec: Conv1dSpec,
+}
+
+impl<B: Backend> Conv1d<B> {
+    /// `name.weight` `[c_out, c_in/groups, kernel]` (or `weight_g`/`weight_v`) and, with
+    /// `bias`, `name.bias`. `spec` gives everything but the batch and length.
+    pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
+        let mut s = w.scope(name);
+        let groups = spec.groups.max(1);
+        let weight = s.host_normed("weight", &[spec.c_out, spec.c_in / groups, spec.kernel])?;
+        let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
+        Ok(Conv1d { weight: kit.upload(&weight)?, bias, spec })
+    }
+
+    /// Output rows for an input of `n` rows.
+    pub fn n_out(&self, n: usize) -> usize {
+        Conv1dSpec { n, ..self.spec }.n_out()
+    }
+
+    /// `y [batch, n_out, c_out] = conv(x [batch, n, c_in])`; returns `n_out`.
+    pub fn apply(&self, kit: &B, x: &B::Buf, batch: usize, n: usize, y: &mut B::Buf) -> RunResult<usize> {
+        let spec = Conv1dSpec { batch, n, ..self.spec };
+        kit.conv1d(&spec, x, &self.weight, self.bias.as_ref(), y)?;
+        Ok(spec.n_out())
+    }
+}
+
+/// `nn.ConvTranspose1d` (dilation 1), weight `[c_in, c_out/groups, kernel]`, plain or
+/// weight-normed (its `weight_g` is `[c_in, 1, 1]`).
+pub struct ConvTranspose1d<B: Backend> {
+    pub weight: B::Buf,
+    pub bias: Option<B::Buf>,
+    pub spec: ConvTranspose1dSpec,
+}
+
+impl<B: Backend> ConvTranspose1d<B> {
+    pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, spec: ConvTranspose1dSpec, bias: bool) -> Result<Self> {
+        let mut s = w.scope(name);
+        let groups = spec.groups.max(1);
+        let weight = s.host_normed("weight", &[spec.c_in, spec.c_out / groups, spec.kernel])?;
+        let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
+        Ok(ConvTranspose1d { weight: kit.upload(&weight)?, bias, spec })
+    }
+
+    pub fn n_out(&self, n: usize) -> usize {
+        ConvTranspose1dSpec { n, ..self.spec }.n_out()
+    }
+
+    /// `y [batch, n_out, c_out]`; returns `n_out`.
+    pub fn apply(&self, kit: &B, x: &B::Buf, batch: usize, n: usize, y: &mut B::Buf) -> RunResult<usize> {
+        let spec = ConvTranspose1dSpec { batch, n, ..self.spec };
+        kit.conv_transpose1d(&spec, x, &self.weight, self.bias.as_ref(), y)?;
+        Ok(spec.n_out())
+    }
+}
+
+/// One direction of a one-layer `nn.LSTM`: the input projection of every step is one GEMM
+/// (`W_ih` with both biases folded into one), only the recurrence is sequential.
+pub struct Lstm<B: Backend> {
+    pub input_proj: Linear<B>,
+    pub w_hh: B::Buf,
+    pub hidden: usize,
+    pub reverse: bool,
+}
+
+impl<B: Backend> Lstm<B> {
+    /// PyTorch's names in `w`: `weight_ih_l0` `[4H, input]`, `weight_hh_l0` `[4H, H]`,
+    /// `bias_ih_l0`, `bias_hh_l0` `[4H]`, with the `_reverse` suffix for the backward direction.
+    pub fn load(w: &mut Scope<'_>, kit: &B, input: usize, hidden: usize, reverse: bool) -> Result<Self> {
+        let sfx = if reverse { "_reverse" } else { "" };
+        let g4 = 4 * hidden;
+        let w_ih = w.gemm_weight(kit, &format!("weight_ih_l0{sfx}"), &[g4, input])?;
+        let w_hh = w.tensor(kit, &format!("weight_hh_l0{sfx}"), &[g4, hidden])?;
+        let mut bias = w.host(&format!("bias_ih_l0{sfx}"), &[g4])?;
+        let b_hh = w.host(&format!("bias_hh_l0{sfx}"), &[g4])?;
+        bias.iter_mut().zip(&b_hh).for_each(|(a, b)| *a += b);
+        Ok(Lstm { input_proj: Linear { weight: w_ih, bias: Some(kit.upload(&bias)?), out: g4, inp: input }, w_hh, hidden, reverse })
+    }
+
+    /// Runs over `x [batch, n, input]` with per-item `lengths`, writing each step's `h` into
+    /// `out` rows laid out as `rows` (zeros past each length).
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_into(
+        &self,
+        kit: &B,
+        x: &B::Buf,
+        batch: usize,
+        n: usize,
+        lengths: &[usize],
+        out: &mut B::Buf,
+        rows: StridedRows,
+    ) -> RunResult<()> {
+        let steps = batch.checked_mul(n).ok_or_else(|| KitError::Shape { op: "lstm", detail: format!("{batch}×{n} steps overflow") })?;
+        let mut gates = kit.alloc(steps.saturating_mul(self.input_proj.out))?;
+        self.input_proj.apply(kit, x, steps, &mut gates)?;
+        let spec = LstmSpec { batch, n, hidden: self.hidden, reverse: self.reverse, out: rows };
+        kit.lstm(&spec, lengths, &gates, &self.w_hh, None, out)
+    }
+}
+
+/// A one-layer bidirectional `nn.LSTM`, `[batch, n, input]` → `[batch, n, 2·hidden]` (forward
+/// half first), exact for each item's own length in a padded batch — what PyTorch's
+/// `pack_padded_sequence` path computes.
+pub struct BiLstm<B: Backend> {
+    pub forward: Lstm<B>,
+    pub backward: Lstm<B>,
+}
+
+impl<B: Backend> BiLstm<B> {
+    pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, input: usize, hidden: usize) -> Result<Self> {
+        let mut s = w.scope(name);
+        Ok(BiLstm { forward: Lstm::load(&mut s, kit, input, hidden, false)?, backward: Lstm::load(&mut s, kit, input, hidden, true)? })
+    }
+
+    pub fn hidden(&self) -> usize {
+        self.forward.hidden
+    }
+
+    pub fn apply(&self, kit: &B, x: &B::Buf, batch: usize, n: usize, lengths: &[usize], out: &mut B::Buf) -> RunResult<()> {
+        let h = self.hidden();
+        self.forward.apply_into(kit, x, batch, n, lengths, out, StridedRows { offset: 0, row_stride: 2 * h })?;
+        self.backward.apply_into(kit, x, batch, n, lengths, out, StridedRows { offset: h, row_stride: 2 * h })
+    }
+}
+
+/// The ConvNeXt(-V2) block of F5's text encoder and of Vocos' backbone:
+/// depthwise conv → LayerNorm → Linear → GELU (erf) → [GRN] → Linear → [× layer scale] → + residual.
+/// F5's blocks have GRN (ConvNeXt-V2) and no layer scale; Vocos' the reverse.
+pub struct ConvNeXtBlock<B: Backend> {
+    pub dwconv: Conv1d<B>,
+    pub norm: LayerNorm<B>,
+    pub pwconv1: Linear<B>,
+    /// GRN `(gamma, beta)`, `[wide]` each.
+    pub grn: Option<(B::Buf, B::Buf)>,
+    pub pwconv2: Linear<B>,
+    /// Layer scale `[dim]`.
+    pub gamma: Option<B::Buf>,
+    pub dim: usize,
+    pub wide: usize,
+}
+
+/// Epsilon of the ConvNeXt blocks' LayerNorm and GRN (both models use 1e-6).
+const CONVNEXT_EPS: f32 = 1e-6;
+
+/// The four activations a [`ConvNeXtBlock`] works in, allocated once for a run of blocks.
+pub struct ConvNeXtScratch<B: Backend> {
+    conv: B::Buf,
+    normed: B::Buf,
+    wide: B::Buf,
+    back: B::Buf,
+}
+
+impl<B: Backend> ConvNeXtBlock<B> {
+    /// PyTorch names under `name`: `dwconv`, `norm`, `pwconv1`, `pwconv2`, and if present
+    /// `grn.gamma`/`grn.beta` (`[1, 1, wide]`) and `gamma` (`[dim]`).
+    pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, dim: usize, wide: usize, kernel: usize) -> Result<Self> {
+        let mut s = w.scope(name);
+        let grn = match (s.tensor_optional(kit, "grn.gamma", &[1, 1, wide])?, s.tensor_optional(kit, "grn.beta", &[1, 1, wide])?) {
+            (Some(g), Some(b)) => Some((g, b)),
+            (None, None) => None,
+            (Some(_), None) => return Err(s.missing("grn.beta")),
+            (None, Some(_)) => return Err(s.missing("grn.gamma")),
+        };
+        Ok(ConvNeXtBlock {
+            dwconv: Conv1d::load(&mut s, kit, "dwconv", Conv1dSpec::depthwise(1, 0, dim, kernel), true)?,
+            norm: LayerNorm::load(&mut s, kit, "norm", dim, CONVNEXT_EPS)?,
+            pwconv1: Linear::load(&mut s, kit, "pwconv1", wide, dim)?,
+            grn,
+            pwconv2: Linear::load(&mut s, kit, "pwconv2", dim, wide)?,
+            gamma: s.tensor_optional(kit, "gamma", &[dim])?,
+            dim,
+            wide,
+        })
+    }
+
+    /// Scratch for blocks of this size over `n` rows.
+    pub fn scratch(&self, kit: &B, n: usize) -> RunResult<ConvNeXtScratch<B>> {
+        let rows = |w: usize| {
+            n.checked_mul(w).ok_or_else(|| KitError::Shape { op: "convnext", detail: format!("{n} rows × {w} features overflow") })
+        };
+        Ok(ConvNeXtScratch {
+            conv: kit.alloc(rows(self.dim)?)?,
+            normed: kit.alloc(rows(self.dim)?)?,
+            wide: kit.alloc(rows(self.wide)?)?,
+            back: kit.alloc(rows(self.dim)?)?,
+        })
+    }
+
+    /// `x [n, dim] += block(x)`, in place.
+    pub fn apply(&self, kit: &B, x: &mut B::Buf, n: usize, s: &mut ConvNeXtScratch<B>) -> RunResult<()> {
+        let (d, wd) = (self.dim, self.wide);
+        self.dwconv.apply(kit, x, 1, n, &mut s.conv)?;
+        self.norm.apply(kit, &s.conv, n, &mut s.normed)?;
+        self.pwconv1.apply(kit, &s.normed, n, &mut s.wide)?;
+        kit.activation(Activation::GeluErf, &mut s.wide, n * wd)?;
+        if let Some((g, b)) = &self.grn {
+            kit.grn(&mut s.wide, 1, n, wd, g, b, CONVNEXT_EPS)?;
+        }
+        self.pwconv2.apply(kit, &s.wide, n, &mut s.back)?;
+        match &self.gamma {
+            Some(g) => kit.gated_add(x, &s.back, n, d, g, 0)?,
+            None => kit.axpy(1.0, &s.back, x, n * d)?,
+        }
+        Ok(())
+    }
+}
