@@ -30,3 +30,8 @@ pub enum NnError {
 }
 
 pub type Result<T, E = NnError> = std::result::Result<T, E>;
+
+/// The README's example, compiled as a doctest so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
