@@ -18,13 +18,13 @@
 pub mod config;
 pub mod duration;
 mod model;
-pub mod noise;
 mod sample;
 pub mod schedule;
 
 pub use config::{F5Config, Overrides, TraitSource, Variant};
+/// The torch CPU generator lives with the shared layers (Kokoro draws from it too).
+pub use f5_nn::torch_rand::{torch_randn, TorchGenerator};
 pub use model::{text_positions, timestep_features, F5Model, Modulations, Prepared, Trace};
-pub use noise::{torch_randn, TorchGenerator};
 pub use sample::{Noise, SampleOptions, Solver};
 pub use schedule::time_grid;
 

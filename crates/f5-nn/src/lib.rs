@@ -6,6 +6,7 @@
 //! on any [`f5_gpukit::Backend`]. Activations are channels-last `[batch, n, channels]`, as in the kit.
 
 mod layers;
+pub mod torch_rand;
 mod weights;
 
 pub use layers::{BiLstm, Conv1d, ConvNeXtBlock, ConvNeXtScratch, ConvTranspose1d, LayerNorm, Linear, Lstm};

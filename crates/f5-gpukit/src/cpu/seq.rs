@@ -145,8 +145,11 @@ pub fn interpolate_linear(spec: &InterpolateSpec, x: &[f32], out: &mut [f32]) {
         let l0 = 1.0 - l1;
         let a = &x[(b * n_in + i0) * c..(b * n_in + i0 + 1) * c];
         let bb = &x[(b * n_in + i1) * c..(b * n_in + i1 + 1) * c];
+        // `t0·w0 + t1·w1` as PyTorch's x86 build computes it: the compiler contracts it into
+        // fma(t0, w0, t1·w1). Bit-exactness matters here: Kokoro's source interpolates phases of
+        // ~10⁴ radians, where one ulp is a visible change in the sine.
         for j in 0..c {
-            row[j] = l0 * a[j] + l1 * bb[j];
+            row[j] = a[j].mul_add(l0, bb[j] * l1);
         }
     });
 }

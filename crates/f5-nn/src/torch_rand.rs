@@ -1,6 +1,7 @@
-//! The sampler's starting noise, drawn exactly as `torch.manual_seed(seed); torch.randn(frames,
-//! 100)` draws it on an x86-64 CPU, so that a seed means the same utterance here as in the
-//! reference implementation.
+//! PyTorch's CPU random numbers, drawn exactly as `torch.manual_seed(seed)` followed by
+//! `torch.rand`/`torch.randn` draws them on an x86-64 CPU, so that a seed means the same
+//! utterance here as in the reference implementations (F5's starting noise, Kokoro's source
+//! noise).
 //!
 //! PyTorch's CPU generator is MT19937 seeded with the low 32 bits of the seed. `randn` of at
 //! least 16 float32 values first fills the whole tensor with 24-bit uniforms, then runs
@@ -96,6 +97,14 @@ impl TorchGenerator {
             }
         }
         d
+    }
+
+    /// `normal_()` on a tensor that is not contiguous (or has fewer than 16 values): PyTorch then
+    /// takes its serial path, one double-precision Box–Muller normal per value (the second of each
+    /// pair cached in the generator), rounded to f32, in the tensor's memory order. Kokoro's source
+    /// noise is such a draw (`randn_like` of a transposed tensor).
+    pub fn randn_serial(&mut self, len: usize) -> Vec<f32> {
+        (0..len).map(|_| self.normal_f64() as f32).collect()
     }
 
     fn normal_f64(&mut self) -> f64 {

@@ -1,0 +1,83 @@
+//! Kokoro-82M (StyleTTS2 + ISTFTNet) on the f5 kit: phonemes and a 256-float voice style in,
+//! 24 kHz audio out — the reference `kokoro` 0.9.4 `KModel`, stage for stage.
+//!
+//! ```no_run
+//! use f5_gpukit::CpuBackend;
+//! use f5_kokoro::{Kokoro, VoicePack};
+//! # fn main() -> Result<(), f5_kokoro::KokoroError> {
+//! let model = Kokoro::open("kokoro-dir", CpuBackend::new())?;
+//! let voice = VoicePack::open("af_heart.pt".as_ref(), 256)?;
+//! let out = model.speak("həlˈoʊ wˈɜːld", &voice, 1.0, 0)?;
+//! println!("{} samples at 24 kHz, {} frames", out.audio.len(), out.durations.iter().sum::<usize>());
+//! # Ok(()) }
+//! ```
+//!
+//! The stages follow the reference's segmentation (`albert`, `prosody`, `text_encoder`,
+//! `source`, `decoder`); a [`Trace`] receives every intermediate tensor for tests.
+
+mod albert;
+mod blocks;
+pub mod config;
+mod decoder;
+mod model;
+mod prosody;
+pub mod source;
+mod text_encoder;
+pub mod voice;
+
+pub use config::KokoroConfig;
+pub use model::{Aligned, Kokoro, Speech};
+pub use voice::{parse_voice_mix, VoicePack};
+
+use f5_gpukit::Backend;
+
+/// What loading or running Kokoro can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum KokoroError {
+    #[error(transparent)]
+    Checkpoint(#[from] f5_torchpt::Error),
+    #[error(transparent)]
+    Kit(#[from] f5_gpukit::KitError),
+    #[error(transparent)]
+    Weights(#[from] f5_nn::NnError),
+    /// config.json is unreadable or describes an impossible model.
+    #[error("{0}")]
+    Config(String),
+    /// A voice pack or voice name is unusable.
+    #[error("{0}")]
+    Voice(String),
+    /// The phonemes, speed or seed given cannot be spoken.
+    #[error("{0}")]
+    Input(String),
+}
+
+/// Receives named intermediate tensors of a forward (host copies), for tests and inspection.
+/// `Trace::off()` costs nothing: no tensor is downloaded.
+pub struct Trace<'a>(Option<&'a mut dyn FnMut(&str, Vec<f32>)>);
+
+impl<'a> Trace<'a> {
+    pub fn off() -> Self {
+        Trace(None)
+    }
+
+    pub fn to(sink: &'a mut dyn FnMut(&str, Vec<f32>)) -> Self {
+        Trace(Some(sink))
+    }
+
+    pub(crate) fn wants(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub(crate) fn emit<B: Backend>(&mut self, kit: &B, name: &str, buf: &B::Buf) -> Result<(), KokoroError> {
+        if let Some(sink) = self.0.as_mut() {
+            sink(name, kit.download(buf)?);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn emit_host(&mut self, name: &str, data: Vec<f32>) {
+        if let Some(sink) = self.0.as_mut() {
+            sink(name, data);
+        }
+    }
+}

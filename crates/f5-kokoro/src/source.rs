@@ -1,0 +1,114 @@
+//! The harmonic-plus-noise source (SineGen + SourceModuleHnNSF): F0 → 9 sines → one excitation
+//! signal at the audio rate.
+//!
+//! It runs on the host in f32 with its phase summed in f64, whatever the model's backend or
+//! precision: the phase reaches ~10⁵ radians over a few seconds, where one f32 ulp is already a
+//! hundredth of a radian, and a half-precision source drops voices an octave. The arithmetic
+//! follows the reference op for op (floor-mod, the 1/300 linear downsample that reads only two
+//! samples per frame, the double-accumulated cumsum, the ×300 upsample) so the same seed gives
+//! the same signal as PyTorch.
+
+use f5_gpukit::{Backend, CpuBackend, InterpolateSpec};
+use f5_nn::torch_rand::TorchGenerator;
+
+use crate::KokoroError;
+
+/// SineGen's constants (Kokoro's `SourceModuleHnNSF(sampling_rate=24000, harmonic_num=8,
+/// voiced_threshod=10)`, `sine_amp` 0.1, `add_noise_std` 0.003).
+pub const HARMONICS: usize = 9;
+const SAMPLE_RATE: f32 = 24_000.0;
+const SINE_AMP: f32 = 0.1;
+const NOISE_STD: f32 = 0.003;
+const VOICED_THRESHOLD: f32 = 10.0;
+
+/// The source's intermediate signals, for tests and inspection.
+pub struct SourceTrace {
+    /// `[L, 9]` sines after the voicing mask and noise.
+    pub sine_waves: Vec<f32>,
+    /// `[L]` voiced (1) / unvoiced (0).
+    pub uv: Vec<f32>,
+    /// `[L, 9]` the noise added.
+    pub noise: Vec<f32>,
+}
+
+/// `l_linear` (9 → 1) of the source module.
+pub struct SineSource {
+    pub weight: [f32; HARMONICS],
+    pub bias: f32,
+    /// Samples per F0 value (the generator's upsampling × the iSTFT hop: 300).
+    pub upsample: usize,
+}
+
+impl SineSource {
+    /// `har_source [L]` (`L = f0.len()·upsample`) for an F0 curve, drawing the noise from `rng`
+    /// exactly as the reference does after `torch.manual_seed`: 9 uniforms for `rand_ini`, then
+    /// `randn(1, L, 9)`.
+    pub fn generate(&self, f0: &[f32], rng: &mut TorchGenerator, trace: Option<&mut Option<SourceTrace>>) -> Result<Vec<f32>, KokoroError> {
+        let up = self.upsample;
+        let len = f0.len().checked_mul(up).ok_or_else(|| KokoroError::Input("F0 curve too long".into()))?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let cpu = CpuBackend::new();
+        // fn = f0 (nearest ×up) · (1..9); rad = (fn / sr) mod 1, floor-mod as torch's `%`.
+        let mut rad = vec![0.0f32; len * HARMONICS];
+        for (t, row) in rad.chunks_mut(HARMONICS).enumerate() {
+            let f = f0[t / up];
+            for (k, r) in row.iter_mut().enumerate() {
+                let v = (f * (k + 1) as f32) / SAMPLE_RATE;
+                *r = v - v.floor();
+            }
+        }
+        // rand_ini: random initial phases for the overtones at time 0 only (the downsample
+        // below never reads time 0, but the draw advances the generator).
+        for (k, r) in rad[..HARMONICS].iter_mut().enumerate() {
+            let u = (rng.next_u32() & 0x00FF_FFFF) as f32 * (1.0 / 16_777_216.0);
+            if k > 0 {
+                *r += u;
+            }
+        }
+        // Per-frame phase increments (1/up linear downsample), cumulative phase in f64.
+        let down = InterpolateSpec::by_scale(1, len, HARMONICS, 1.0 / up as f64);
+        let mut r = vec![0.0f32; down.n_out * HARMONICS];
+        cpu.interpolate_linear(&down, &rad, &mut r)?;
+        drop(rad);
+        let mut phase = vec![0.0f32; r.len()];
+        cpu.cumsum(&r, 1, down.n_out, HARMONICS, &mut phase)?;
+        let two_pi_scaled = |c: f32| (c * 2.0) * std::f32::consts::PI * up as f32;
+        phase.iter_mut().for_each(|p| *p = two_pi_scaled(*p));
+        let upspec = InterpolateSpec::by_scale(1, down.n_out, HARMONICS, up as f64);
+        let mut phase_up = vec![0.0f32; upspec.n_out * HARMONICS];
+        cpu.interpolate_linear(&upspec, &phase, &mut phase_up)?;
+        if upspec.n_out != len {
+            return Err(KokoroError::Input(format!("source length {} ≠ {len}: the F0 curve does not divide into frames", upspec.n_out)));
+        }
+        // Sines, voicing, noise. `randn_like` of the sines keeps their strides, and the sines are a
+        // transposed `[1, 9, L]` tensor: PyTorch fills it with its serial normal path in memory
+        // order — harmonic 0's whole track first, so noise[t, k] is draw[k·L + t].
+        let noise_draw = rng.randn_serial(len * HARMONICS);
+        let mut uv = vec![0.0f32; len];
+        let mut noise = vec![0.0f32; len * HARMONICS];
+        let mut sines = phase_up;
+        let mut har = vec![0.0f32; len];
+        for t in 0..len {
+            let voiced = if f0[t / up] > VOICED_THRESHOLD { 1.0f32 } else { 0.0 };
+            uv[t] = voiced;
+            let amp = voiced * NOISE_STD + (1.0 - voiced) * SINE_AMP / 3.0;
+            let mut acc = 0.0f32;
+            for k in 0..HARMONICS {
+                let i = t * HARMONICS + k;
+                let n = amp * noise_draw[k * len + t];
+                noise[i] = n;
+                let s = sines[i].sin() * SINE_AMP;
+                let s = s * voiced + n;
+                sines[i] = s;
+                acc += self.weight[k] * s;
+            }
+            har[t] = (acc + self.bias).tanh();
+        }
+        if let Some(slot) = trace {
+            *slot = Some(SourceTrace { sine_waves: sines, uv, noise });
+        }
+        Ok(har)
+    }
+}
