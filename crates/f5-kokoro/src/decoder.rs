@@ -8,7 +8,7 @@ use f5_nn::{Conv1d, ConvTranspose1d, Scope};
 use crate::blocks::{buffer, AdaInResBlock1, AdainResBlk};
 use crate::config::IstftNetSizes;
 use crate::source::{SineSource, HARMONICS};
-use crate::{KokoroError, Trace};
+use crate::{KokoroError, SourceSpectrum, Trace};
 
 type Result<T> = std::result::Result<T, KokoroError>;
 
@@ -62,6 +62,7 @@ impl<B: Backend> Decoder<B> {
         n_curve: &B::Buf,
         style: &B::Buf,
         rng: &mut TorchGenerator,
+        spectrum: Option<&SourceSpectrum>,
         trace: &mut Trace<'_>,
     ) -> Result<Vec<f32>> {
         let mut f0d = buffer(kit, f, 1)?;
@@ -99,7 +100,7 @@ impl<B: Backend> Decoder<B> {
             }
         }
         let f0_host = kit.download(f0)?;
-        self.generator.forward(kit, x, n, &f0_host[..2 * f], style, rng, trace)
+        self.generator.forward(kit, x, n, &f0_host[..2 * f], style, rng, spectrum, trace)
     }
 }
 
@@ -184,8 +185,32 @@ impl<B: Backend> Generator<B> {
         f0: &[f32],
         style: &B::Buf,
         rng: &mut TorchGenerator,
+        spectrum: Option<&SourceSpectrum>,
         trace: &mut Trace<'_>,
     ) -> Result<Vec<f32>> {
+        let (har, frames, bins) = match spectrum {
+            Some(s) => self.given_spectrum(kit, s, f0.len())?,
+            None => self.source_spectrum(kit, f0, rng, trace)?,
+        };
+        self.stages(kit, &mut x, &mut n, &har, frames, style, trace)?;
+        self.post(kit, x, n, bins, trace)
+    }
+
+    /// The excitation's spectrum `[frames, 2·bins]` (magnitudes, then phases) as an outside
+    /// implementation computed it.
+    fn given_spectrum(&self, kit: &B, s: &SourceSpectrum, f0_len: usize) -> Result<(B::Buf, usize, usize)> {
+        let bins = self.n_fft / 2 + 1;
+        let frames = f0_len * self.source.upsample / self.hop + 1;
+        if s.magnitude.len() != frames * bins || s.phase.len() != frames * bins {
+            return Err(KokoroError::Input(format!("a source spectrum here is {frames} frames × {bins} bins")));
+        }
+        let (mag, phase) = (kit.upload(&s.magnitude)?, kit.upload(&s.phase)?);
+        let mut har = buffer(kit, frames, 2 * bins)?;
+        kit.concat_features(&[(&mag, bins), (&phase, bins)], frames, &mut har)?;
+        Ok((har, frames, bins))
+    }
+
+    fn source_spectrum(&self, kit: &B, f0: &[f32], rng: &mut TorchGenerator, trace: &mut Trace<'_>) -> Result<(B::Buf, usize, usize)> {
         // Source excitation and its spectrum.
         let mut source_trace = None;
         let har_source = self.source.generate(f0, rng, trace.wants().then_some(&mut source_trace))?;
@@ -205,25 +230,38 @@ impl<B: Backend> Generator<B> {
         trace.emit(kit, "gen_har_phase", &phase)?;
         let mut har = buffer(kit, frames, 2 * bins)?;
         kit.concat_features(&[(&mag, bins), (&phase, bins)], frames, &mut har)?;
-        drop((mag, phase, signal));
+        Ok((har, frames, bins))
+    }
 
+    /// The upsampling stages with their source branches, in place on `x`/`n`.
+    #[allow(clippy::too_many_arguments)]
+    fn stages(
+        &self,
+        kit: &B,
+        x: &mut B::Buf,
+        n: &mut usize,
+        har: &B::Buf,
+        frames: usize,
+        style: &B::Buf,
+        trace: &mut Trace<'_>,
+    ) -> Result<()> {
         let stages = self.ups.len();
         let mut c = self.ups.first().map_or(0, |u| u.spec.c_in);
         for i in 0..stages {
-            kit.activation(Activation::LeakyRelu(STAGE_SLOPE), &mut x, n * c)?;
-            trace.emit(kit, &format!("gen_stage{i}_in"), &x)?;
+            kit.activation(Activation::LeakyRelu(STAGE_SLOPE), x, *n * c)?;
+            trace.emit(kit, &format!("gen_stage{i}_in"), x)?;
             let conv = &self.noise_convs[i];
             let ns = conv.n_out(frames);
             let c_cur = conv.spec.c_out;
             let mut xs = buffer(kit, ns, c_cur)?;
-            conv.apply(kit, &har, 1, frames, &mut xs)?;
+            conv.apply(kit, har, 1, frames, &mut xs)?;
             trace.emit(kit, &format!("gen_noise_conv{i}"), &xs)?;
             let xs = self.noise_res[i].apply(kit, &xs, ns, style)?;
             trace.emit(kit, &format!("gen_noise_res{i}"), &xs)?;
             let ups = &self.ups[i];
-            let nu = ups.n_out(n);
+            let nu = ups.n_out(*n);
             let mut y = buffer(kit, nu, c_cur)?;
-            ups.apply(kit, &x, 1, n, &mut y)?;
+            ups.apply(kit, x, 1, *n, &mut y)?;
             trace.emit(kit, &format!("gen_ups{i}"), &y)?;
             let (mut y, nu) = if i + 1 == stages {
                 // ReflectionPad1d((1, 0)): one mirrored frame in front.
@@ -245,10 +283,16 @@ impl<B: Backend> Generator<B> {
                 kit.axpy(1.0, &r, &mut sum, nu * c_cur)?;
             }
             kit.activation(Activation::Scale(1.0 / self.kernels as f32), &mut sum, nu * c_cur)?;
-            x = sum;
-            n = nu;
+            *x = sum;
+            *n = nu;
             c = c_cur;
         }
+        Ok(())
+    }
+
+    /// LeakyReLU 0.01, `conv_post`, `exp` / `sin`, inverse STFT.
+    fn post(&self, kit: &B, mut x: B::Buf, n: usize, bins: usize, trace: &mut Trace<'_>) -> Result<Vec<f32>> {
+        let c = self.post_mag.spec.c_in;
         kit.activation(Activation::LeakyRelu(POST_SLOPE), &mut x, n * c)?;
         trace.emit(kit, "gen_conv_post_in", &x)?;
         let (mut logmag, mut ph) = (buffer(kit, n, bins)?, buffer(kit, n, bins)?);

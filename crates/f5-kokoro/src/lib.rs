@@ -51,16 +51,29 @@ pub enum KokoroError {
     Input(String),
 }
 
+/// The source excitation's spectrum `[frames, n_fft/2 + 1]` each, row-major, as another
+/// implementation computed it — for feeding the generator the reference's own excitation in a
+/// parity test. (Frames 0 and last of an STFT with reflect padding are exactly real, so their
+/// negative bins sit on the ±π branch cut, where the sign of an FFT's rounding noise decides the
+/// phase; a network fed one side or the other diverges from there.)
+pub struct SourceSpectrum {
+    pub magnitude: Vec<f32>,
+    pub phase: Vec<f32>,
+}
+
 /// Receives named intermediate tensors of a forward (host copies), for tests and inspection.
 /// `Trace::off()` costs nothing: no tensor is downloaded.
-pub struct Trace<'a>(Option<&'a mut dyn FnMut(&str, Vec<f32>)>);
+pub struct Trace<'a>(Option<&'a mut TraceSink<'a>>);
+
+/// Where a [`Trace`] sends each stage: its name and a host copy.
+pub type TraceSink<'s> = dyn FnMut(&str, Vec<f32>) + 's;
 
 impl<'a> Trace<'a> {
     pub fn off() -> Self {
         Trace(None)
     }
 
-    pub fn to(sink: &'a mut dyn FnMut(&str, Vec<f32>)) -> Self {
+    pub fn to(sink: &'a mut TraceSink<'a>) -> Self {
         Trace(Some(sink))
     }
 

@@ -14,7 +14,7 @@ use crate::decoder::Decoder;
 use crate::prosody::Prosody;
 use crate::text_encoder::TextEncoder;
 use crate::voice::VoicePack;
-use crate::{KokoroError, Trace};
+use crate::{KokoroError, SourceSpectrum, Trace};
 
 /// A Kokoro model with its weights on a device.
 pub struct Kokoro<B: Backend> {
@@ -214,11 +214,44 @@ impl<B: Backend> Kokoro<B> {
     /// style's acoustic half → 24 kHz samples. `seed` seeds the source noise as
     /// `torch.manual_seed(seed)` does.
     pub fn decode(&self, aligned: &Aligned<B>, style: &[f32], seed: u64, trace: &mut Trace<'_>) -> Result<Vec<f32>, KokoroError> {
+        self.decode_inner(aligned, style, seed, None, trace)
+    }
+
+    /// [`Kokoro::decode`] with the source's spectrum given instead of generated from F0.
+    pub fn decode_with_spectrum(
+        &self,
+        aligned: &Aligned<B>,
+        style: &[f32],
+        spectrum: &SourceSpectrum,
+        trace: &mut Trace<'_>,
+    ) -> Result<Vec<f32>, KokoroError> {
+        self.decode_inner(aligned, style, 0, Some(spectrum), trace)
+    }
+
+    fn decode_inner(
+        &self,
+        aligned: &Aligned<B>,
+        style: &[f32],
+        seed: u64,
+        spectrum: Option<&SourceSpectrum>,
+        trace: &mut Trace<'_>,
+    ) -> Result<Vec<f32>, KokoroError> {
         self.check_style(style)?;
         let c = &self.config;
         let s_dec = self.kit.upload(&style[..c.style_dim])?;
         let mut rng = TorchGenerator::new(seed);
-        self.decoder.forward(&self.kit, &aligned.asr, c.hidden_dim, aligned.frames, &aligned.f0, &aligned.n, &s_dec, &mut rng, trace)
+        self.decoder.forward(
+            &self.kit,
+            &aligned.asr,
+            c.hidden_dim,
+            aligned.frames,
+            &aligned.f0,
+            &aligned.n,
+            &s_dec,
+            &mut rng,
+            spectrum,
+            trace,
+        )
     }
 }
 

@@ -56,7 +56,7 @@ impl VoicePack {
     pub fn mix(parts: &[(VoicePack, f32)]) -> Result<Self, KokoroError> {
         let Some((first, _)) = parts.first() else { return Err(KokoroError::Voice("no voice to mix".into())) };
         let total: f32 = parts.iter().map(|p| p.1).sum();
-        if parts.iter().any(|p| !(p.1.is_finite() && p.1 > 0.0)) || !(total > 0.0) {
+        if parts.iter().any(|p| !p.1.is_finite() || p.1 <= 0.0) || total.is_nan() || total <= 0.0 {
             return Err(KokoroError::Voice("mix weights must be positive numbers".into()));
         }
         if let Some((p, _)) = parts.iter().find(|(p, _)| p.rows != first.rows || p.dim != first.dim) {
