@@ -237,3 +237,13 @@ fn evicted_tensors_read_back_unchanged() {
         }
     }
 }
+
+/// A valid `torch.save` archive that zip 9.1–9.8 refuse ("Invalid Central Directory header"),
+/// read by Python's zipfile and by PyTorch: the zip dependency is pinned to a version that reads it.
+#[test]
+fn reads_a_torch_archive_that_newer_zip_releases_refuse() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/kokoro/models/kokoro-small/kokoro-small-stripped.pth");
+    let ckpt = f5_torchpt::Checkpoint::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(ckpt.len(), 548);
+    assert_eq!(ckpt.meta("bert.embeddings.word_embeddings.weight").unwrap().shape()[0], 178);
+}
