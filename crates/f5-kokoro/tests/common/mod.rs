@@ -54,3 +54,11 @@ pub fn channels_last(g: &Golden) -> Vec<f64> {
     }
     out
 }
+
+/// Kokoro's real config.json and the 54 voice packs (`KOKORO_SHARED`, else the checkout's
+/// sibling `shared/kokoro`).
+pub fn shared_kokoro() -> PathBuf {
+    std::env::var_os("KOKORO_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/kokoro"))
+}
