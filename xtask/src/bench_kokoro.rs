@@ -1,0 +1,192 @@
+//! `cargo xtask bench kokoro`: Kokoro-82M's forward and its new kit ops, f5 against the reference
+//! `kokoro` 0.9.4 `KModel` (and PyTorch's modules) on the same weights, inputs and thread count,
+//! warm runs, best of N. Weights: a release-layout checkpoint (`--model`, default
+//! `target/refmodels/kokoro-counter.pth`, the full-size counter-generated one that
+//! `fixtures/kokoro/generate.py` writes; the int8-derived one from `cargo xtask kokoro-int8` works too).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use f5_gpukit::{Backend, Conv1dSpec, ConvTranspose1dSpec, CpuBackend, LstmSpec, StridedRows};
+use f5_kokoro::{Kokoro, KokoroConfig, Trace};
+use f5_nn::Weights;
+use serde_json::{json, Value};
+
+pub struct KokoroOpts {
+    pub threads: usize,
+    pub min_seconds: f64,
+    pub write: bool,
+    pub model: Option<PathBuf>,
+}
+
+fn best_of(min_seconds: f64, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let (mut best, mut spent, mut reps) = (f64::INFINITY, 0.0, 0);
+    while reps < 3 || (spent < min_seconds && reps < 20) {
+        let t = Instant::now();
+        f()?;
+        let dt = t.elapsed().as_secs_f64();
+        best = best.min(dt);
+        spent += dt;
+        reps += 1;
+    }
+    Ok(best)
+}
+
+fn npy_f32(path: &Path) -> Result<Vec<f64>> {
+    let bytes = std::fs::read(path).with_context(|| path.display().to_string())?;
+    let arr = npyz::NpyFile::new(&bytes[..])?;
+    Ok(match arr.dtype() {
+        npyz::DType::Plain(t) if t.type_char() == npyz::TypeChar::Int => arr.into_vec::<i64>()?.into_iter().map(|v| v as f64).collect(),
+        _ => arr.into_vec::<f32>()?.into_iter().map(|v| v as f64).collect(),
+    })
+}
+
+pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
+    let model_path = o.model.clone().unwrap_or_else(|| root.join("target/refmodels/kokoro-counter.pth"));
+    if !model_path.is_file() {
+        bail!(
+            "{}: no checkpoint. Make the counter-generated one with fixtures/kokoro/generate.py (see fixtures/kokoro/README.md) or pass --model",
+            model_path.display()
+        );
+    }
+    let shared = std::env::var_os("KOKORO_SHARED").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/kokoro"));
+    let config_path = shared.join("config.json");
+    let config = KokoroConfig::open(&config_path)?;
+    let kit = CpuBackend::with_threads(o.threads)?;
+    let mut w = Weights::open(&model_path)?;
+    let model = Kokoro::from_weights(&mut w, config, kit.clone())?;
+    drop(w);
+
+    // Cases: the fixtures' full-size inputs (a 56-phoneme sentence, and the 510-phoneme limit).
+    let dir = root.join("fixtures/kokoro/whole_full");
+    let mut cases = Vec::new();
+    for (name, prefix, speed) in [("short (56 phonemes)", "short_heart_s1", 1.0f32), ("long (510 phonemes)", "long510_mix_s0.8", 0.8)] {
+        let ids: Vec<u32> = npy_f32(&dir.join(format!("{prefix}_ids.npy")))?.iter().map(|&v| v as u32).collect();
+        let style: Vec<f32> = npy_f32(&dir.join(format!("{prefix}_ref_s.npy")))?.iter().map(|&v| v as f32).collect();
+        cases.push((name, ids, style, speed));
+    }
+    let mut ours = Vec::new();
+    let mut frames_short = 0;
+    for (name, ids, style, speed) in &cases {
+        let mut samples = 0;
+        let secs = best_of(o.min_seconds, || {
+            let out = model.forward(ids, style, *speed, 0, Trace::off())?;
+            samples = out.audio.len();
+            if frames_short == 0 {
+                frames_short = out.durations.iter().sum::<usize>();
+            }
+            Ok(())
+        })?;
+        ours.push((name.to_string(), secs, samples));
+    }
+
+    // The new ops on Kokoro's shapes, for `frames_short` predicted frames.
+    let f = frames_short.max(1);
+    let fill = |n: usize| (0..n).map(|i| ((i * 2654435761) % 1000) as f32 / 1000.0 - 0.5).collect::<Vec<f32>>();
+    let ct = ConvTranspose1dSpec::new(1, 2 * f, 512, 256, 20, 10).pad(5);
+    let (cx, cw, cb) = (kit.upload(&fill(2 * f * 512))?, kit.upload(&fill(512 * 256 * 20))?, kit.upload(&fill(256))?);
+    let mut cy = kit.alloc(ct.n_out() * 256)?;
+    let t_ct = best_of(o.min_seconds, || Ok(kit.conv_transpose1d(&ct, &cx, &cw, Some(&cb), &mut cy)?))?;
+    let dc = Conv1dSpec::new(1, 20 * f, 256, 256, 7).dilation(5).pad(15);
+    let (dx, dw, db) = (kit.upload(&fill(20 * f * 256))?, kit.upload(&fill(256 * 256 * 7))?, kit.upload(&fill(256))?);
+    let mut dy = kit.alloc(dc.n_out() * 256)?;
+    let t_dc = best_of(o.min_seconds, || Ok(kit.conv1d(&dc, &dx, &dw, Some(&db), &mut dy)?))?;
+    // BiLSTM 640 → 2×256 over 512 steps: the input projection GEMM and both recurrences.
+    let n = 512;
+    let (lx, wih, whh, bias) =
+        (kit.upload(&fill(n * 640))?, kit.upload(&fill(1024 * 640))?, kit.upload(&fill(1024 * 256))?, kit.upload(&fill(1024))?);
+    let mut gates = kit.alloc(n * 1024)?;
+    let mut lo = kit.alloc(n * 512)?;
+    let t_lstm = best_of(o.min_seconds, || {
+        for reverse in [false, true] {
+            kit.gemm(&f5_gpukit::GemmSpec::linear(n, 640, 1024), &lx, &wih, Some(&bias), &mut gates)?;
+            let spec =
+                LstmSpec { batch: 1, n, hidden: 256, reverse, out: StridedRows { offset: if reverse { 256 } else { 0 }, row_stride: 512 } };
+            kit.lstm(&spec, &[n], &gates, &whh, None, &mut lo)?;
+        }
+        Ok(())
+    })?;
+
+    // The reference, same inputs and threads.
+    let case_json: Vec<Value> =
+        cases.iter().map(|(n, ids, style, speed)| json!({"name": n, "ids": ids, "style": style, "speed": speed})).collect();
+    let py = crate::reference_python();
+    let output = Command::new(&py)
+        .current_dir(root)
+        .args(["xtask/bench/kokoro_reference.py", "--threads", &o.threads.to_string(), "--model"])
+        .arg(&model_path)
+        .arg("--config")
+        .arg(&config_path)
+        .args(["--cases", &serde_json::to_string(&case_json)?, "--frames", &f.to_string(), "--min-seconds", &o.min_seconds.to_string()])
+        .output()
+        .with_context(|| format!("cannot run {py}; set F5_REF_PYTHON to a python with torch, transformers and kokoro==0.9.4"))?;
+    let reference: Option<Value> = if output.status.success() {
+        serde_json::from_slice(&output.stdout).ok()
+    } else {
+        eprintln!("reference failed: {}", String::from_utf8_lossy(&output.stderr));
+        None
+    };
+
+    let mut md = String::new();
+    let machine = crate::machine::describe();
+    writeln!(md, "Machine: {machine}. Command: `cargo xtask bench kokoro --threads {}`; weights `{}` (full-size release layout, 81.8 M parameters), fp32, warm runs, best of ≥ 3.", o.threads, model_path.file_name().and_then(|n| n.to_str()).unwrap_or("?"))?;
+    if let Some(r) = &reference {
+        writeln!(
+            md,
+            "Reference: kokoro 0.9.4 `KModel.forward_with_tokens`, torch {} on {} threads.",
+            r["torch"].as_str().unwrap_or("?"),
+            o.threads
+        )?;
+    } else {
+        writeln!(md, "Reference: not measured in this run (see the command's output).")?;
+    }
+    writeln!(md)?;
+    writeln!(md, "| input | audio | f5 | f5 RTF | reference | reference RTF | f5 / reference speed |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|")?;
+    for (name, secs, samples) in &ours {
+        let audio = *samples as f64 / 24_000.0;
+        let r = reference.as_ref().and_then(|r| r["cases"][name.as_str()]["seconds"].as_f64());
+        writeln!(
+            md,
+            "| {name} | {audio:.2} s | {secs:.3} s | {:.3} | {} | {} | {} |",
+            secs / audio,
+            r.map_or("—".into(), |r| format!("{r:.3} s")),
+            r.map_or("—".into(), |r| format!("{:.3}", r / audio)),
+            r.map_or("—".into(), |r| format!("{:.2}×", r / secs))
+        )?;
+    }
+    writeln!(md)?;
+    writeln!(md, "Kit ops on Kokoro's shapes ({f} predicted frames, the short input's):")?;
+    writeln!(md)?;
+    writeln!(md, "| op | shape | f5-gpukit | PyTorch | f5 / PyTorch speed |")?;
+    writeln!(md, "|---|---|---|---|---|")?;
+    for (key, what, shape, secs) in [
+        ("conv_transpose1d", "conv_transpose1d", format!("512→256, k20 s10 p5, {} → {} rows", 2 * f, ct.n_out()), t_ct),
+        ("conv1d_dilated", "conv1d dilated", format!("256→256, k7 d5, {} rows", 20 * f), t_dc),
+        ("bilstm", "BiLSTM", "640→2×256, 512 steps (projection + recurrence)".to_string(), t_lstm),
+    ] {
+        let r = reference.as_ref().and_then(|r| r["ops"][key].as_f64());
+        writeln!(
+            md,
+            "| {what} | {shape} | {:.2} ms | {} | {} |",
+            secs * 1e3,
+            r.map_or("—".into(), |r| format!("{:.2} ms", r * 1e3)),
+            r.map_or("—".into(), |r| format!("{:.2}×", r / secs))
+        )?;
+    }
+    print!("{md}");
+    if o.write {
+        let path = root.join("docs/benchmarks.md");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let heading = "## Kokoro-82M (`cargo xtask bench kokoro`)";
+        if !text.contains(heading) {
+            std::fs::write(&path, format!("{}\n{heading}\n\nf5's Kokoro forward against the reference `KModel` on the same release-layout weights and inputs, warm runs in one process each.\n", text.trim_end()))?;
+        }
+        crate::bench::write_section(&path, &format!("kokoro-{}t", o.threads), &md)?;
+    }
+    Ok(())
+}
