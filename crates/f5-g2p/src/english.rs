@@ -557,3 +557,37 @@ mod tests {
         assert_eq!(p.features.get(&3), Some(&Feature::NumFlags("a".into())));
     }
 }
+
+#[cfg(test)]
+mod heteronym_tests {
+    use super::*;
+
+    fn word_phonemes(g2p: &EnglishG2p, text: &str, word: &str) -> String {
+        let (_, tokens) = g2p.phonemize(text).expect("phonemize");
+        tokens.into_iter().find(|t| t.text == word).and_then(|t| t.phonemes).unwrap_or_default()
+    }
+
+    /// The context rule picks the reading a reader would: a wrong tag gives the other one.
+    #[test]
+    fn heteronyms_follow_their_context() {
+        let g2p = EnglishG2p::new(false, None).expect("lexicon");
+        assert_eq!(word_phonemes(&g2p, "Can you record this?", "record"), "ɹəkˈɔɹd");
+        assert_eq!(word_phonemes(&g2p, "The record shows it.", "record"), "ɹˈɛkəɹd");
+        assert_eq!(word_phonemes(&g2p, "They live here.", "live"), "lˈɪv");
+        assert_eq!(word_phonemes(&g2p, "A live show.", "live"), "lˈIv");
+        assert_eq!(word_phonemes(&g2p, "She has read it.", "read"), "ɹˈɛd");
+        assert_eq!(word_phonemes(&g2p, "Please read it.", "read"), "ɹˈid");
+        assert_eq!(word_phonemes(&g2p, "I used to go.", "used"), "jˈust");
+        assert_eq!(word_phonemes(&g2p, "The used car.", "used"), "jˈuzd");
+    }
+
+    #[test]
+    fn overrides_and_numbers_read_out() {
+        let g2p = EnglishG2p::new(false, None).expect("lexicon");
+        let (ps, _) = g2p.phonemize("[Kokoro](/kˈOkəɹO/) costs $5.50.").expect("ok");
+        assert_eq!(ps, "kˈOkəɹO kˈɔsts fˈIv dˈɑləɹz ænd fˈɪfti sˈɛnts.");
+        let (ps, _) = g2p.phonemize("In 1984, the 3rd one.").expect("ok");
+        assert!(ps.contains("nˌIntˈin ˈATi fˈɔɹ"), "{ps}"); // misaki 0.9.4 reads it so
+        assert!(ps.contains("θˈɜɹd"), "{ps}");
+    }
+}

@@ -169,6 +169,26 @@ pub fn float_literal(text: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// Every number in fixtures/g2p/num2words.json, written by the num2words package itself.
+    #[test]
+    fn matches_num2words_fixture() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/g2p/num2words.json");
+        let text = std::fs::read_to_string(path).expect("fixture");
+        let golden: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let mut checked = 0;
+        for (kind, f) in [("cardinal", cardinal as fn(u128) -> Option<String>), ("ordinal", ordinal), ("year", year)] {
+            for (n, want) in golden[kind].as_object().expect(kind) {
+                let n: u128 = n.parse().expect("number");
+                assert_eq!(f(n).as_deref(), want.as_str(), "{kind} {n}");
+                checked += 1;
+            }
+        }
+        for (lit, want) in golden["float"].as_object().expect("float") {
+            assert_eq!(float_literal(lit).as_deref(), want.as_str(), "float {lit}");
+        }
+        assert!(checked > 500);
+    }
+
     #[test]
     fn joins_like_num2words() {
         assert_eq!(cardinal(0).unwrap(), "zero");

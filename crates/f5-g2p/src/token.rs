@@ -35,6 +35,13 @@ pub(crate) struct Extra {
 }
 
 impl Token {
+    /// A token with known phonemes (for timestamps on tokens kept from an earlier run).
+    pub fn with_phonemes(text: &str, whitespace: &str, phonemes: Option<String>) -> Self {
+        let mut t = Token::new(text, "", whitespace);
+        t.phonemes = phonemes;
+        t
+    }
+
     pub(crate) fn new(text: &str, tag: &str, whitespace: &str) -> Self {
         Token {
             text: text.to_string(),

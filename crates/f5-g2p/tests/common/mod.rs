@@ -1,4 +1,5 @@
 //! Shared loading of the reference goldens in fixtures/g2p (made by make_goldens.py).
+#![allow(dead_code)] // each test file uses a different subset of these helpers
 
 use std::path::PathBuf;
 
