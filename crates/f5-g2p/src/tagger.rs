@@ -197,12 +197,13 @@ fn keeps_leading_apostrophe(rest: &str) -> bool {
 fn split_word(word: &str, out: &mut Vec<Piece>) {
     let lower = word.to_lowercase();
     // "cannot", "gonna", "gotta", "wanna" are split by spaCy's exceptions
-    if lower == "cannot" {
+    let ascii = word.is_ascii();
+    if ascii && lower == "cannot" {
         out.push(word_piece(&word[..3]));
         out.push(word_piece(&word[3..]));
         return;
     }
-    if ["gonna", "gotta", "wanna"].contains(&lower.as_str()) {
+    if ascii && ["gonna", "gotta", "wanna"].contains(&lower.as_str()) {
         out.push(word_piece(&word[..3]));
         out.push(word_piece(&word[3..]));
         return;
