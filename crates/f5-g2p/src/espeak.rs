@@ -32,18 +32,44 @@ pub fn espeak_available() -> bool {
     Command::new(espeak_program()).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
-/// A stressed word put before a piece to learn whether espeak-ng's synthesis added a stress.
+/// A stressed word put before a clause to learn whether espeak-ng's synthesis added a stress.
 const STRESS_PROBE: &str = "bob";
 
-/// What the library's `espeak_TextToPhonemes` gives for one punctuation-free piece of text.
+/// Characters at which espeak-ng ends a clause that phonemizer does not cut out as punctuation
+/// (the Devanagari danda and double danda).
+const CLAUSE_ENDS: [char; 2] = ['\u{964}', '\u{965}'];
+
+/// What the library's `espeak_TextToPhonemes` gives for one punctuation-free piece of text: the
+/// library reads one clause per call and phonemizer joins the clauses with a space.
+fn library_ipa(text: &str, voice: &str) -> Result<String, G2pError> {
+    if !text.contains(CLAUSE_ENDS) {
+        return clause_ipa(text, voice);
+    }
+    let mut parts = Vec::new();
+    for clause in text.split(CLAUSE_ENDS) {
+        if clause.trim().is_empty() {
+            continue;
+        }
+        let ipa = clause_ipa(clause, voice)?;
+        let ipa = ipa.trim();
+        if !ipa.is_empty() {
+            parts.push(ipa.to_string());
+        }
+    }
+    Ok(parts.join(" "))
+}
+
+/// The library's reading of one clause.
 ///
 /// The command line synthesises, and synthesis (intonation) gives a clause without a primary
 /// stress one: the last of its strongest syllables becomes primary ("Misaki" → `mɪsɐkˈi`
 /// where the library says `mɪsɐki`). So when the output has exactly one primary stress, the
-/// piece is read again after a stressed word, which carries the clause's nucleus; if the piece
-/// then shows no primary stress, the one seen was added, and is taken back (to secondary when
-/// the probe shows one more secondary stress, else removed).
-fn library_ipa(text: &str, voice: &str) -> Result<String, G2pError> {
+/// clause is read again after a stressed word, which then carries the clause's nucleus; if the
+/// clause reads the same there but without a primary stress, the one seen was added, and is
+/// taken back (to secondary when the probe shows one more secondary stress, else removed). A
+/// probe that reads the clause differently (a lone letter is spelled only when alone) is not
+/// trusted.
+fn clause_ipa(text: &str, voice: &str) -> Result<String, G2pError> {
     let plain = espeak_ipa(text, voice)?;
     if plain.matches('ˈ').count() != 1 {
         return Ok(plain);
@@ -51,7 +77,7 @@ fn library_ipa(text: &str, voice: &str) -> Result<String, G2pError> {
     let probe = espeak_ipa(&format!("{STRESS_PROBE} {text}"), voice)?;
     let probe = probe.trim().replace('\n', " ");
     let probe = probe.split_once(' ').map_or("", |(_, rest)| rest);
-    if probe.contains('ˈ') {
+    if probe.contains('ˈ') || !same_reading(plain.trim(), probe) {
         return Ok(plain);
     }
     let demoted = plain.replace('ˈ', "ˌ");
@@ -60,6 +86,17 @@ fn library_ipa(text: &str, voice: &str) -> Result<String, G2pError> {
     } else {
         Ok(plain.replace('ˈ', ""))
     }
+}
+
+/// Whether two readings differ at most in stress marks and in the lenition espeak-ng's Spanish
+/// applies to a first consonant after a vowel (d/ð, b/β, ɡ/ɣ).
+fn same_reading(a: &str, b: &str) -> bool {
+    let bare = |s: &str| -> Vec<char> { s.chars().filter(|c| !matches!(c, 'ˈ' | 'ˌ')).collect() };
+    let (a, b) = (bare(a), bare(b));
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(&b).enumerate().all(|(i, (x, y))| x == y || (i == 0 && matches!((x, y), ('d', 'ð') | ('b', 'β') | ('ɡ', 'ɣ'))))
 }
 
 /// Raw espeak-ng IPA for one punctuation-free piece of text: clauses joined by spaces.
