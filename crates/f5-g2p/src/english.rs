@@ -50,6 +50,12 @@ fn subtoken_regex() -> &'static Regex {
 }
 
 fn subtokenize(word: &str) -> Vec<String> {
+    // Most words are one ASCII letter run with at most an initial capital; the pattern keeps
+    // those whole, and its look-ahead engine is the slow part of the whole front end.
+    let mut bytes = word.bytes();
+    if bytes.next().is_some_and(|b| b.is_ascii_alphabetic()) && bytes.all(|b| b.is_ascii_lowercase()) {
+        return vec![word.to_string()];
+    }
     subtoken_regex().find_iter(word).filter_map(|m| m.ok()).map(|m| m.as_str().to_string()).collect()
 }
 
@@ -546,6 +552,11 @@ mod tests {
         assert_eq!(subtokenize("don't"), vec!["don't"]);
         assert_eq!(subtokenize("3.14"), vec!["3.14"]);
         assert_eq!(subtokenize("NASAs"), vec!["NASAs"]);
+        // the fast path agrees with the pattern on plain words
+        for w in ["hello", "Hello", "A", "x", "Zebra"] {
+            let by_pattern: Vec<String> = subtoken_regex().find_iter(w).filter_map(|m| m.ok()).map(|m| m.as_str().to_string()).collect();
+            assert_eq!(subtokenize(w), by_pattern);
+        }
     }
 
     #[test]
