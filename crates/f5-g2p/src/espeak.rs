@@ -408,6 +408,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn same_reading_ignores_stress_and_spanish_lenition_only() {
+        assert!(same_reading("mɪsɐkˈi", "mɪsɐki"));
+        assert!(same_reading("dˈe", "ðe"));
+        assert!(!same_reading("ˌɛaɡˈudʊ", "ɛ"));
+        assert!(!same_reading("ade", "aðe"));
+    }
+
+    /// The command line adds a stress to a clause without one; the library does not. Without
+    /// the probe the fallback would read "Misaki" as misaki never does.
+    #[test]
+    fn synthesis_stress_is_taken_back() {
+        if !espeak_available() {
+            eprintln!("SKIPPED synthesis_stress_is_taken_back: espeak-ng not found");
+            return;
+        }
+        let raw = espeak_ipa("Misaki", "en-us").expect("espeak-ng");
+        assert!(raw.contains('ˈ'), "the command line stresses a stressless clause: {raw}");
+        let lib = library_ipa("Misaki", "en-us").expect("espeak-ng");
+        assert!(!lib.contains('ˈ'), "{lib}");
+        // a genuinely stressed word keeps its stress
+        assert!(library_ipa("Kubernetes", "en-us").expect("espeak-ng").contains('ˈ'));
+        // Hindi clauses end at the danda: each is read on its own
+        let two = library_ipa("है। के", "hi").expect("espeak-ng");
+        assert_eq!(two.trim(), "hɛː keː");
+    }
+
+    #[test]
     fn restore_puts_punctuation_back() {
         let out = restore(vec!["bɔ̃ʒˈuʁ ".into(), "lə mˈɔ̃d ".into()], vec![(", ".into(), Position::Inner), ("!".into(), Position::End)]);
         assert_eq!(out, vec!["bɔ̃ʒˈuʁ, lə mˈɔ̃d! ".to_string()]);

@@ -2,12 +2,14 @@
 
 mod common;
 
-use common::{espeak_or_skip, load_json, str_list};
-use f5_g2p::{G2p, Language};
+use common::{load_json, str_list};
+use f5_g2p::{espeak_available, G2p, Language};
 
 /// The share of corpus lines whose chunks must match misaki exactly: all of them (measured
 /// 340/340 with espeak-ng 1.51 here); any drop means a rule regressed.
 const MIN_EXACT_SHARE: f64 = 1.0;
+/// Without espeak-ng: the share of lines that need no fallback word (measured 0.918: 312/340).
+const MIN_EXACT_SHARE_WITHOUT_ESPEAK: f64 = 0.9;
 
 type Word = (String, String, String);
 
@@ -25,11 +27,16 @@ fn golden_words(case: &serde_json::Value) -> Vec<Word> {
 
 #[test]
 fn english_lines_match_misaki() {
-    if !espeak_or_skip("english_lines_match_misaki") {
-        return;
+    // Without espeak-ng the lexicon path is still checked: words that need the fallback come
+    // out empty, so only the lines without such words can match.
+    let with_espeak = espeak_available();
+    if !with_espeak {
+        println!("espeak-ng not found: checking the lexicon path only (lines with fallback words will differ)");
     }
     let golden = load_json("goldens.json");
-    let g2p = G2p::new(Language::EnUs).expect("en-us front end");
+    let g2p =
+        if with_espeak { G2p::new(Language::EnUs).expect("en-us front end") } else { G2p::english(false, None).expect("en-us front end") };
+    let min_share = if with_espeak { MIN_EXACT_SHARE } else { MIN_EXACT_SHARE_WITHOUT_ESPEAK };
     let lines = golden["en"].as_array().expect("en lines");
     let (mut exact, mut exact_bundled) = (0usize, 0usize);
     let mut diffs = Vec::new();
@@ -81,7 +88,7 @@ fn english_lines_match_misaki() {
     for d in &word_diffs {
         println!("{d}");
     }
-    assert!(share >= MIN_EXACT_SHARE, "exact share {share:.3} fell below {MIN_EXACT_SHARE}");
+    assert!(share >= min_share, "exact share {share:.3} fell below {min_share}");
     // words may differ only inside lines that already differ (an espeak-ng version gap)
     assert!(word_diffs.len() <= diffs.len() * 20, "{} word-level differences", word_diffs.len());
 }
