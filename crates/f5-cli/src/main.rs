@@ -3,6 +3,7 @@
 
 mod device;
 mod npy;
+mod phonemes_cmd;
 mod resolve;
 mod synth_cmd;
 
@@ -58,6 +59,8 @@ enum Command {
         #[arg(long = "max", default_value_t = 135)]
         max_bytes: usize,
     },
+    /// Print the phonemes Kokoro is given for a text, one chunk per line (`--json`: with tokens).
+    Phonemes(phonemes_cmd::PhonemesArgs),
     /// Compute the log-mel the model is conditioned on for a reference recording: mono, RMS raised
     /// to 0.1 if quieter, resampled to 24 kHz, F5's mel. Written as float32 [frames, 100].
     Mel {
@@ -211,6 +214,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Phonemes(a) => phonemes_cmd::run(a),
         Command::Mel { input, output, raw } => mel(&input, &output, raw),
         Command::Vocode(a) => vocode(&a),
     }
