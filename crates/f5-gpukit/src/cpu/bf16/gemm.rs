@@ -184,6 +184,10 @@ pub(crate) fn gemm_fast(
         reference(spec, a, b, bias, c);
         return Ok(());
     }
+    // The packed B, reserved here so that a shape too large for memory is an error, not an abort.
+    let packed_len = spec.n.div_ceil(NR) * spec.k.div_ceil(2) * NR;
+    packed_b.clear();
+    packed_b.try_reserve_exact(packed_len).map_err(|_| crate::KitError::OutOfMemory(packed_len))?;
     match (a, b) {
         (Operand::F32(a), Operand::F32(b)) => fast_on(cpu, spec, a, b, bias, c, packed_b),
         (Operand::F32(a), Operand::Bf16(b)) => fast_on(cpu, spec, a, b, bias, c, packed_b),
