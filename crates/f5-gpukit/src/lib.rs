@@ -75,7 +75,7 @@ impl std::str::FromStr for Device {
     }
 }
 
-/// What a user asks to run a model on: a backend, and for CUDA whether the GEMM weights are kept
+/// What a user asks to run a model on: a backend, and whether the GEMM weights are kept
 /// in bf16. It exists in every build, so a build without the `cuda` feature can still be asked
 /// for CUDA and refuse with the reason (the pipeline's and the daemon's callers match on it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
