@@ -112,7 +112,7 @@ struct ServeArgs {
     /// Where the model runs: cpu, cuda or cuda:N (needs a build with --features cuda).
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// GEMM weight precision: f32, or bf16 (CUDA only: bf16 products, f32 accumulation).
+    /// GEMM weight precision: f32, or bf16 (bf16 products, f32 accumulation; on the CPU it needs AVX-512 BF16).
     #[arg(long, default_value = "f32")]
     precision: String,
     /// Listen back: a whisper.cpp-compatible transcriber (host:port); requests may then set

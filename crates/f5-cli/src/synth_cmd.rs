@@ -116,7 +116,7 @@ pub struct SynthArgs {
     /// Where the model runs: cpu, or cuda / cuda:N on a build with the `cuda` feature.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// GEMM weight precision: f32, or bf16 (CUDA only: bf16 products, f32 accumulation).
+    /// GEMM weight precision: f32, or bf16 (bf16 products, f32 accumulation; on the CPU it needs AVX-512 BF16).
     #[arg(long, default_value = "f32")]
     pub precision: String,
     /// No progress bar.
@@ -192,6 +192,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let paths = ModelPaths { model: model_path, vocab: vocab_path, vocoder: vocoder_path };
     match f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)? {
         f5_gpukit::DeviceChoice::Cpu => run_on(CpuBackend::with_threads(args.threads)?, args, text, ext, paths, started),
+        f5_gpukit::DeviceChoice::CpuBf16 => run_on(f5_gpukit::CpuBf16Backend::with_threads(args.threads)?, args, text, ext, paths, started),
         #[cfg(feature = "cuda")]
         f5_gpukit::DeviceChoice::Cuda { ordinal, bf16 } => {
             let options = f5_gpukit::CudaOptions::with_bf16_weights(bf16);

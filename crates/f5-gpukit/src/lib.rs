@@ -32,6 +32,7 @@ mod cpu;
 pub mod cuda;
 mod spec;
 
+pub use cpu::bf16::{cpu_bf16_missing_feature, CpuBf16Backend, CpuBuf};
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaBackend, CudaBuf, CudaOptions, WeightPrecision};
@@ -79,7 +80,7 @@ impl std::str::FromStr for Device {
     }
 }
 
-/// What a user asks to run a model on: a backend, and for CUDA whether the GEMM weights are kept
+/// What a user asks to run a model on: a backend, and whether the GEMM weights are kept
 /// in bf16. It exists in every build, so a build without the `cuda` feature can still be asked
 /// for CUDA and refuse with the reason (the pipeline's and the daemon's callers match on it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,6 +88,9 @@ pub enum DeviceChoice {
     /// The CPU backend (its thread count is the caller's separate setting).
     #[default]
     Cpu,
+    /// The CPU backend with GEMM weights stored in bf16 ([`CpuBf16Backend`]); only parsed
+    /// where the CPU has AVX-512 BF16.
+    CpuBf16,
     /// The CUDA backend on GPU `ordinal`; `bf16` keeps a bf16 copy of every GEMM weight.
     Cuda { ordinal: usize, bf16: bool },
 }
@@ -94,7 +98,14 @@ pub enum DeviceChoice {
 impl DeviceChoice {
     /// Parses a device name (`cpu`, `cuda`, `gpu`, `cuda:N`; any case) and a weight precision
     /// (`f32`/`fp32`/`float32`, `bf16`/`bfloat16`). Parsing does not depend on the build.
+    /// `cpu` with `bf16` is refused, naming the missing extension, on a CPU without AVX-512 BF16.
     pub fn parse(device: &str, precision: &str) -> Result<Self> {
+        Self::parse_for_cpu(device, precision, cpu_bf16_missing_feature)
+    }
+
+    /// [`DeviceChoice::parse`] with the CPU feature check passed in, so that the refusal is
+    /// tested on any machine.
+    fn parse_for_cpu(device: &str, precision: &str, cpu_bf16_missing: fn() -> Option<&'static str>) -> Result<Self> {
         let bf16 = match precision.trim().to_ascii_lowercase().as_str() {
             "f32" | "fp32" | "float32" => false,
             "bf16" | "bfloat16" => true,
@@ -115,7 +126,12 @@ impl DeviceChoice {
             },
         };
         if choice == DeviceChoice::Cpu && bf16 {
-            return Err(KitError::Device("bf16 weights need a CUDA device: the CPU backend computes in f32".into()));
+            if let Some(feature) = cpu_bf16_missing() {
+                return Err(KitError::Device(format!(
+                    "bf16 weights on the CPU need the {feature} instruction set extension, which this CPU lacks: use f32, or a CUDA device"
+                )));
+            }
+            return Ok(DeviceChoice::CpuBf16);
         }
         Ok(choice)
     }
@@ -344,7 +360,6 @@ mod tests {
         assert_eq!(DeviceChoice::parse("gpu", "fp32").unwrap(), DeviceChoice::Cuda { ordinal: 0, bf16: false });
         assert_eq!(DeviceChoice::parse("cuda:3", "f32").unwrap(), DeviceChoice::Cuda { ordinal: 3, bf16: false });
         for (device, precision, needle) in [
-            ("cpu", "bf16", "need a CUDA device"),
             ("cuda:x", "f32", "device number"),
             ("cuda:-1", "f32", "device number"),
             ("tpu", "f32", "use cpu, cuda"),
@@ -353,5 +368,19 @@ mod tests {
             let err = DeviceChoice::parse(device, precision).unwrap_err().to_string();
             assert!(err.contains(needle), "{device}/{precision}: {err}");
         }
+    }
+
+    #[test]
+    fn cpu_bf16_follows_the_cpu_feature() {
+        let has = || None;
+        let lacks = || Some("avx512_bf16");
+        assert_eq!(DeviceChoice::parse_for_cpu("cpu", "bfloat16", has).unwrap(), DeviceChoice::CpuBf16);
+        assert_eq!(DeviceChoice::parse_for_cpu("cpu", "f32", lacks).unwrap(), DeviceChoice::Cpu);
+        let err = DeviceChoice::parse_for_cpu("cpu", "bf16", lacks).unwrap_err().to_string();
+        assert!(err.contains("avx512_bf16") && err.contains("lacks"), "{err}");
+        // The real check: accepted exactly where the kernel runs.
+        let real = DeviceChoice::parse("cpu", "bf16");
+        assert_eq!(real.is_ok(), super::cpu_bf16_missing_feature().is_none(), "{real:?}");
+        println!("this CPU: cpu/bf16 {}", if real.is_ok() { "accepted" } else { "refused" });
     }
 }

@@ -1155,3 +1155,7 @@ fn every_backend_method_has_a_case() {
     let missing: Vec<&&str> = methods.iter().filter(|m| !table.contains(&format!("kit.{m}("))).collect();
     assert!(missing.is_empty(), "Backend methods without an op-table case: {missing:?}");
 }
+
+// The bf16-weight CPU backend forwards every op but GEMMs on bf16 weights to the f32 backend:
+// the whole table runs through it where the CPU has AVX-512 BF16 (plain uploads stay f32).
+backend_suite!(cpu_bf16, f5_gpukit::CpuBf16Backend::with_threads(0).ok());

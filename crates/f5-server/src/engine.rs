@@ -120,6 +120,7 @@ pub(crate) struct Loader {
 /// gives the device memory back (the unload-after path).
 enum LoadedModel {
     Cpu(Box<Synthesizer<CpuBackend>>),
+    CpuBf16(Box<Synthesizer<f5_gpukit::CpuBf16Backend>>),
     #[cfg(feature = "cuda")]
     Cuda(Box<Synthesizer<f5_gpukit::CudaBackend>>),
 }
@@ -128,6 +129,7 @@ impl LoadedModel {
     fn synthesize(&self, voice: &Voice, text: &str, options: &SynthOptions) -> Result<Audio, SynthError> {
         match self {
             LoadedModel::Cpu(s) => s.synthesize(voice, text, options, &mut |_| {}),
+            LoadedModel::CpuBf16(s) => s.synthesize(voice, text, options, &mut |_| {}),
             #[cfg(feature = "cuda")]
             LoadedModel::Cuda(s) => s.synthesize(voice, text, options, &mut |_| {}),
         }
@@ -140,6 +142,10 @@ impl Loader {
             DeviceChoice::Cpu => {
                 let kit = CpuBackend::with_threads(self.threads).map_err(|e| format!("cannot start {} CPU threads: {e}", self.threads))?;
                 self.open_on(index, kit).map(|s| LoadedModel::Cpu(Box::new(s)))
+            }
+            DeviceChoice::CpuBf16 => {
+                let kit = f5_gpukit::CpuBf16Backend::with_threads(self.threads).map_err(|e| e.to_string())?;
+                self.open_on(index, kit).map(|s| LoadedModel::CpuBf16(Box::new(s)))
             }
             #[cfg(feature = "cuda")]
             DeviceChoice::Cuda { ordinal, bf16 } => {

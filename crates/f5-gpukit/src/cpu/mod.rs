@@ -3,6 +3,7 @@
 //! grouped convolutions) through the `gemm` crate, which reaches the f32 peak of the machine.
 
 mod attention;
+pub(crate) mod bf16;
 mod conv;
 mod scratch;
 mod seq;

@@ -1,0 +1,389 @@
+//! The CPU backend with bf16 GEMM weights: [`CpuBf16Backend`].
+//!
+//! Weights uploaded with [`Backend::upload_weight`] are stored once, as bf16 (half the memory of
+//! f32; no f32 copy is kept), and every GEMM with such an operand runs on the AVX-512 BF16
+//! kernel of [`gemm`]: the other operand is rounded to bf16 while it is packed, products are
+//! summed in f32, and C stays f32. Everything else is the f32 [`CpuBackend`], which this type
+//! wraps: its buffers are the same `Vec<f32>`, its thread pool is the same pool.
+//!
+//! A bf16 weight is a GEMM operand only. It can be read back (`download`, `read`, `copy` out of
+//! it give its bf16 values as f32) and written (`write`, `fill`, `copy` into it round to bf16),
+//! and every other op refuses it with a shape error naming the op: model code that used a weight
+//! outside a GEMM would otherwise silently need the f32 copy this backend does not keep.
+//!
+//! There is no slow path: [`CpuBf16Backend::with_threads`] refuses a CPU without AVX-512 BF16,
+//! naming the missing extension.
+
+pub(crate) mod gemm;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, Mutex};
+
+use crate::spec::{
+    AttentionSpec, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec, RopeSpec, StftSpec,
+};
+use crate::{shape_err, Activation, Backend, CpuBackend, Device, KitError, Result};
+use gemm::{Avx512Bf16, Operand};
+
+/// `None` where this CPU runs the bf16 GEMM kernel, else the name of the instruction set
+/// extension it lacks (`avx512_bf16`, as `/proc/cpuinfo` spells it).
+pub fn cpu_bf16_missing_feature() -> Option<&'static str> {
+    Avx512Bf16::detect().err()
+}
+
+/// A buffer of [`CpuBf16Backend`]: f32 values, or a GEMM weight stored as bf16.
+#[derive(Clone, Debug)]
+pub struct CpuBuf(Repr);
+
+#[derive(Clone, Debug)]
+enum Repr {
+    F32(Vec<f32>),
+    /// bf16 bits (the upper half of the f32 pattern), one per element.
+    Bf16(Vec<u16>),
+}
+
+impl CpuBuf {
+    /// Whether this buffer is a weight held in bf16 only.
+    pub fn is_bf16(&self) -> bool {
+        matches!(self.0, Repr::Bf16(_))
+    }
+
+    fn len(&self) -> usize {
+        match &self.0 {
+            Repr::F32(v) => v.len(),
+            Repr::Bf16(v) => v.len(),
+        }
+    }
+
+    /// The f32 values for an op that only takes f32 buffers.
+    fn f32(&self, op: &'static str) -> Result<&Vec<f32>> {
+        match &self.0 {
+            Repr::F32(v) => Ok(v),
+            Repr::Bf16(_) => Err(not_f32(op)),
+        }
+    }
+
+    fn f32_mut(&mut self, op: &'static str) -> Result<&mut Vec<f32>> {
+        match &mut self.0 {
+            Repr::F32(v) => Ok(v),
+            Repr::Bf16(_) => Err(not_f32(op)),
+        }
+    }
+
+    fn operand(&self) -> Operand<'_> {
+        match &self.0 {
+            Repr::F32(v) => Operand::F32(v),
+            Repr::Bf16(v) => Operand::Bf16(v),
+        }
+    }
+
+    /// Values `[offset, offset + out.len())` as f32 (bf16 widened exactly).
+    fn read_into(&self, op: &'static str, offset: usize, out: &mut [f32]) -> Result<()> {
+        let end = offset.checked_add(out.len()).filter(|&e| e <= self.len());
+        let end = end.ok_or_else(|| shape_err(op, format!("{}+{} past buffer of {}", offset, out.len(), self.len())))?;
+        match &self.0 {
+            Repr::F32(v) => out.copy_from_slice(&v[offset..end]),
+            Repr::Bf16(v) => {
+                for (o, &b) in out.iter_mut().zip(&v[offset..end]) {
+                    *o = gemm::from_bf16(b);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores `data` at `offset`, rounding to bf16 in a bf16 buffer.
+    fn write_from(&mut self, op: &'static str, offset: usize, data: &[f32]) -> Result<()> {
+        let len = self.len();
+        let end = offset.checked_add(data.len()).filter(|&e| e <= len);
+        let end = end.ok_or_else(|| shape_err(op, format!("{}+{} past buffer of {len}", offset, data.len())))?;
+        match &mut self.0 {
+            Repr::F32(v) => v[offset..end].copy_from_slice(data),
+            Repr::Bf16(v) => {
+                for (o, &x) in v[offset..end].iter_mut().zip(data) {
+                    *o = gemm::to_bf16(x);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn not_f32(op: &'static str) -> KitError {
+    shape_err(op, "operand is a bf16 GEMM weight (upload_weight on the bf16 CPU backend); only gemm and the copy/read/write calls take it")
+}
+
+/// The CPU backend with GEMM weights in bf16 and the AVX-512 BF16 kernel; see the module docs.
+/// Cheap to clone; clones share the thread pool and the packing scratch.
+#[derive(Clone)]
+pub struct CpuBf16Backend {
+    f32: CpuBackend,
+    cpu: Avx512Bf16,
+    /// The packed B operand, reused by every GEMM (a GEMM that finds it busy packs into its own).
+    packed_b: Arc<Mutex<Vec<u32>>>,
+}
+
+impl CpuBf16Backend {
+    /// On a private pool of `threads` threads (0 = rayon's global pool). Refuses, naming the
+    /// missing extension, on a CPU without AVX-512 BF16.
+    pub fn with_threads(threads: usize) -> Result<Self> {
+        let cpu = Avx512Bf16::detect().map_err(|feature| {
+            KitError::Device(format!("bf16 weights on the CPU need the {feature} instruction set extension, which this CPU lacks; use f32"))
+        })?;
+        Ok(CpuBf16Backend { f32: CpuBackend::with_threads(threads)?, cpu, packed_b: Arc::new(Mutex::new(Vec::new())) })
+    }
+
+    /// Threads the ops run on.
+    pub fn threads(&self) -> usize {
+        self.f32.threads()
+    }
+}
+
+impl Backend for CpuBf16Backend {
+    type Buf = CpuBuf;
+
+    fn device(&self) -> Device {
+        self.f32.device()
+    }
+
+    fn alloc(&self, len: usize) -> Result<CpuBuf> {
+        Ok(CpuBuf(Repr::F32(self.f32.alloc(len)?)))
+    }
+
+    fn upload(&self, data: &[f32]) -> Result<CpuBuf> {
+        Ok(CpuBuf(Repr::F32(self.f32.upload(data)?)))
+    }
+
+    /// Stores the weight once, as bf16 (round to nearest even).
+    fn upload_weight(&self, data: &[f32]) -> Result<CpuBuf> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(data.len()).map_err(|_| KitError::OutOfMemory(data.len()))?;
+        v.extend(data.iter().map(|&x| gemm::to_bf16(x)));
+        Ok(CpuBuf(Repr::Bf16(v)))
+    }
+
+    fn download(&self, buf: &CpuBuf) -> Result<Vec<f32>> {
+        let mut out = vec![0.0; buf.len()];
+        buf.read_into("download", 0, &mut out)?;
+        Ok(out)
+    }
+
+    fn len(&self, buf: &CpuBuf) -> usize {
+        buf.len()
+    }
+
+    fn write(&self, buf: &mut CpuBuf, offset: usize, data: &[f32]) -> Result<()> {
+        buf.write_from("write", offset, data)
+    }
+
+    fn read(&self, buf: &CpuBuf, offset: usize, out: &mut [f32]) -> Result<()> {
+        buf.read_into("read", offset, out)
+    }
+
+    fn copy(&self, src: &CpuBuf, src_off: usize, dst: &mut CpuBuf, dst_off: usize, len: usize) -> Result<()> {
+        match (&src.0, &mut dst.0) {
+            (Repr::F32(s), Repr::F32(d)) => self.f32.copy(s, src_off, d, dst_off, len),
+            _ => {
+                let mut staged = vec![0.0; len];
+                src.read_into("copy", src_off, &mut staged)?;
+                dst.write_from("copy", dst_off, &staged)
+            }
+        }
+    }
+
+    fn fill(&self, buf: &mut CpuBuf, offset: usize, len: usize, value: f32) -> Result<()> {
+        match &mut buf.0 {
+            Repr::F32(v) => self.f32.fill(v, offset, len, value),
+            Repr::Bf16(v) => {
+                let end = offset.checked_add(len).filter(|&e| e <= v.len());
+                let end = end.ok_or_else(|| shape_err("fill", format!("{offset}+{len} past buffer of {}", v.len())))?;
+                v[offset..end].fill(gemm::to_bf16(value));
+                Ok(())
+            }
+        }
+    }
+
+    /// f32 GEMM (the `gemm` crate) when neither operand is a bf16 weight, else the bf16 kernel.
+    fn gemm(&self, spec: &GemmSpec, a: &CpuBuf, b: &CpuBuf, bias: Option<&CpuBuf>, c: &mut CpuBuf) -> Result<()> {
+        let bias = bias.map(|b| b.f32("gemm")).transpose()?;
+        if !a.is_bf16() && !b.is_bf16() {
+            return self.f32.gemm(spec, a.f32("gemm")?, b.f32("gemm")?, bias, c.f32_mut("gemm")?);
+        }
+        let c = c.f32_mut("gemm")?;
+        spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
+        let (a, b, bias) = (a.operand(), b.operand(), bias.map(|b| b.as_slice()));
+        self.f32.run(|| match self.packed_b.try_lock() {
+            Ok(mut scratch) => gemm::gemm_fast(self.cpu, spec, a, b, bias, c, &mut scratch),
+            Err(_) => gemm::gemm_fast(self.cpu, spec, a, b, bias, c, &mut Vec::new()),
+        })
+    }
+
+    fn attention(&self, spec: &AttentionSpec, q: &CpuBuf, k: &CpuBuf, v: &CpuBuf, out: &mut CpuBuf) -> Result<()> {
+        let op = "attention";
+        self.f32.attention(spec, q.f32(op)?, k.f32(op)?, v.f32(op)?, out.f32_mut(op)?)
+    }
+
+    fn layer_norm(&self, x: &CpuBuf, rows: usize, d: usize, eps: f32, affine: Option<(&CpuBuf, &CpuBuf)>, out: &mut CpuBuf) -> Result<()> {
+        let op = "layer_norm";
+        let affine = match affine {
+            Some((w, b)) => Some((w.f32(op)?, b.f32(op)?)),
+            None => None,
+        };
+        self.f32.layer_norm(x.f32(op)?, rows, d, eps, affine, out.f32_mut(op)?)
+    }
+
+    fn adaln_modulate(
+        &self,
+        x: &CpuBuf,
+        rows: usize,
+        d: usize,
+        eps: f32,
+        modulation: &CpuBuf,
+        shift_off: usize,
+        scale_off: usize,
+        out: &mut CpuBuf,
+    ) -> Result<()> {
+        let op = "adaln_modulate";
+        self.f32.adaln_modulate(x.f32(op)?, rows, d, eps, modulation.f32(op)?, shift_off, scale_off, out.f32_mut(op)?)
+    }
+
+    fn gated_add(&self, x: &mut CpuBuf, y: &CpuBuf, rows: usize, d: usize, gates: &CpuBuf, gate_off: usize) -> Result<()> {
+        let op = "gated_add";
+        self.f32.gated_add(x.f32_mut(op)?, y.f32(op)?, rows, d, gates.f32(op)?, gate_off)
+    }
+
+    fn grn(&self, x: &mut CpuBuf, batch: usize, n: usize, d: usize, gamma: &CpuBuf, beta: &CpuBuf, eps: f32) -> Result<()> {
+        let op = "grn";
+        self.f32.grn(x.f32_mut(op)?, batch, n, d, gamma.f32(op)?, beta.f32(op)?, eps)
+    }
+
+    fn split_heads_rope(&self, spec: &RopeSpec, src: &CpuBuf, cos: &CpuBuf, sin: &CpuBuf, dst: &mut CpuBuf) -> Result<()> {
+        let op = "split_heads_rope";
+        self.f32.split_heads_rope(spec, src.f32(op)?, cos.f32(op)?, sin.f32(op)?, dst.f32_mut(op)?)
+    }
+
+    fn merge_heads(&self, src: &CpuBuf, batch: usize, n: usize, heads: usize, hd: usize, dst: &mut CpuBuf) -> Result<()> {
+        let op = "merge_heads";
+        self.f32.merge_heads(src.f32(op)?, batch, n, heads, hd, dst.f32_mut(op)?)
+    }
+
+    fn conv1d(&self, spec: &Conv1dSpec, x: &CpuBuf, weight: &CpuBuf, bias: Option<&CpuBuf>, y: &mut CpuBuf) -> Result<()> {
+        let op = "conv1d";
+        let bias = bias.map(|b| b.f32(op)).transpose()?;
+        self.f32.conv1d(spec, x.f32(op)?, weight.f32(op)?, bias, y.f32_mut(op)?)
+    }
+
+    fn activation(&self, act: Activation, x: &mut CpuBuf, len: usize) -> Result<()> {
+        self.f32.activation(act, x.f32_mut("activation")?, len)
+    }
+
+    fn cfg_combine(&self, pred: &CpuBuf, half: usize, strength: f32, out: &mut CpuBuf) -> Result<()> {
+        let op = "cfg_combine";
+        self.f32.cfg_combine(pred.f32(op)?, half, strength, out.f32_mut(op)?)
+    }
+
+    fn axpy(&self, a: f32, x: &CpuBuf, y: &mut CpuBuf, len: usize) -> Result<()> {
+        self.f32.axpy(a, x.f32("axpy")?, y.f32_mut("axpy")?, len)
+    }
+
+    fn mask_rows(&self, x: &mut CpuBuf, rows: usize, d: usize, keep: &CpuBuf) -> Result<()> {
+        let op = "mask_rows";
+        self.f32.mask_rows(x.f32_mut(op)?, rows, d, keep.f32(op)?)
+    }
+
+    fn concat_features(&self, parts: &[(&CpuBuf, usize)], rows: usize, out: &mut CpuBuf) -> Result<()> {
+        let op = "concat_features";
+        let parts = parts.iter().map(|(p, w)| Ok((p.f32(op)?, *w))).collect::<Result<Vec<_>>>()?;
+        self.f32.concat_features(&parts, rows, out.f32_mut(op)?)
+    }
+
+    fn embedding(&self, table: &CpuBuf, dim: usize, ids: &[u32], out: &mut CpuBuf) -> Result<()> {
+        let op = "embedding";
+        self.f32.embedding(table.f32(op)?, dim, ids, out.f32_mut(op)?)
+    }
+
+    fn polar_spectrum(&self, h: &CpuBuf, frames: usize, bins: usize, mag_max: f32, re: &mut CpuBuf, im: &mut CpuBuf) -> Result<()> {
+        let op = "polar_spectrum";
+        self.f32.polar_spectrum(h.f32(op)?, frames, bins, mag_max, re.f32_mut(op)?, im.f32_mut(op)?)
+    }
+
+    fn conv_transpose1d(
+        &self,
+        spec: &ConvTranspose1dSpec,
+        x: &CpuBuf,
+        weight: &CpuBuf,
+        bias: Option<&CpuBuf>,
+        y: &mut CpuBuf,
+    ) -> Result<()> {
+        let op = "conv_transpose1d";
+        let bias = bias.map(|b| b.f32(op)).transpose()?;
+        self.f32.conv_transpose1d(spec, x.f32(op)?, weight.f32(op)?, bias, y.f32_mut(op)?)
+    }
+
+    fn lstm(
+        &self,
+        spec: &LstmSpec,
+        lengths: &[usize],
+        gates_x: &CpuBuf,
+        w_hh: &CpuBuf,
+        state0: Option<(&CpuBuf, &CpuBuf)>,
+        out: &mut CpuBuf,
+    ) -> Result<()> {
+        let op = "lstm";
+        let state0 = match state0 {
+            Some((h, c)) => Some((h.f32(op)?, c.f32(op)?)),
+            None => None,
+        };
+        self.f32.lstm(spec, lengths, gates_x.f32(op)?, w_hh.f32(op)?, state0, out.f32_mut(op)?)
+    }
+
+    fn instance_norm(
+        &self,
+        spec: &InstanceNormSpec,
+        x: &CpuBuf,
+        affine: Option<(&CpuBuf, &CpuBuf)>,
+        style: Option<&CpuBuf>,
+        out: &mut CpuBuf,
+    ) -> Result<()> {
+        let op = "instance_norm";
+        let affine = match affine {
+            Some((w, b)) => Some((w.f32(op)?, b.f32(op)?)),
+            None => None,
+        };
+        let style = style.map(|s| s.f32(op)).transpose()?;
+        self.f32.instance_norm(spec, x.f32(op)?, affine, style, out.f32_mut(op)?)
+    }
+
+    fn snake(&self, x: &mut CpuBuf, rows: usize, c: usize, alpha: &CpuBuf) -> Result<()> {
+        self.f32.snake(x.f32_mut("snake")?, rows, c, alpha.f32("snake")?)
+    }
+
+    fn upsample_nearest(&self, x: &CpuBuf, batch: usize, n: usize, c: usize, factor: usize, out: &mut CpuBuf) -> Result<()> {
+        let op = "upsample_nearest";
+        self.f32.upsample_nearest(x.f32(op)?, batch, n, c, factor, out.f32_mut(op)?)
+    }
+
+    fn interpolate_linear(&self, spec: &InterpolateSpec, x: &CpuBuf, out: &mut CpuBuf) -> Result<()> {
+        let op = "interpolate_linear";
+        self.f32.interpolate_linear(spec, x.f32(op)?, out.f32_mut(op)?)
+    }
+
+    fn pad1d(&self, spec: &Pad1dSpec, x: &CpuBuf, out: &mut CpuBuf) -> Result<()> {
+        self.f32.pad1d(spec, x.f32("pad1d")?, out.f32_mut("pad1d")?)
+    }
+
+    fn cumsum(&self, x: &CpuBuf, batch: usize, n: usize, c: usize, out: &mut CpuBuf) -> Result<()> {
+        self.f32.cumsum(x.f32("cumsum")?, batch, n, c, out.f32_mut("cumsum")?)
+    }
+
+    fn stft(&self, spec: &StftSpec, signal: &CpuBuf, mag: &mut CpuBuf, phase: &mut CpuBuf) -> Result<()> {
+        let op = "stft";
+        self.f32.stft(spec, signal.f32(op)?, mag.f32_mut(op)?, phase.f32_mut(op)?)
+    }
+
+    fn istft(&self, spec: &StftSpec, mag: &CpuBuf, phase: &CpuBuf, signal: &mut CpuBuf) -> Result<()> {
+        let op = "istft";
+        self.f32.istft(spec, mag.f32(op)?, phase.f32(op)?, signal.f32_mut(op)?)
+    }
+}

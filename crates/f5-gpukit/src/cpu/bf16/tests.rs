@@ -1,0 +1,360 @@
+//! The bf16 GEMM: rounding, the scalar reference, and the AVX-512 BF16 kernel against it.
+//!
+//! Most cases use data whose every partial sum is exact in f32 (values on a 1/64 grid, so
+//! products are multiples of 2⁻¹² and sums of up to 2¹² of them stay within 24 bits): there the
+//! kernel's different summation order cannot change a bit, so kernel and reference must agree
+//! EXACTLY, and a wrong tail, stride, pair order or bias shows as a mismatch. A-operands carry a
+//! perturbation below half a bf16 ulp, which round-to-nearest removes and truncation does not,
+//! so the rounding is checked on the same data.
+
+use super::gemm::{from_bf16, gemm_fast, reference, to_bf16, Avx512Bf16, Operand, KC_PAIRS, MC, MR, NR};
+use super::{CpuBf16Backend, CpuBuf};
+use crate::spec::{GemmSpec, MatLayout};
+use crate::{Backend, CpuBackend};
+
+/// xorshift64*: deterministic test data without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// j/64 for j in −64..=64: exact in bf16.
+    fn grid(&mut self) -> f32 {
+        (self.next() % 129) as f32 / 64.0 - 1.0
+    }
+    /// A grid value times (1 + r), |r| ≤ 2⁻¹⁰: rounds back to the grid value to nearest, to a
+    /// smaller magnitude under truncation when r < 0.
+    fn perturbed(&mut self) -> f32 {
+        let g = self.grid();
+        let r = (self.unit() * 2.0 - 1.0) / 1024.0;
+        (g as f64 * (1.0 + r)) as f32
+    }
+}
+
+#[test]
+fn to_bf16_rounds_to_nearest_even() {
+    let cases: [(u32, u16); 9] = [
+        (0x3F80_0000, 0x3F80), // 1.0 exact
+        (0x3F80_8000, 0x3F80), // 1 + half ulp: tie, 0x3F80 is even → down
+        (0x3F81_8000, 0x3F82), // tie, 0x3F81 is odd → up to even
+        (0x3F80_8001, 0x3F81), // just above half → up
+        (0x3F80_7FFF, 0x3F80), // just below half → down
+        (0xBF80_C000, 0xBF81), // negative, above half in magnitude → away from zero
+        (0x7F7F_FFFF, 0x7F80), // f32::MAX rounds past the bf16 range → +inf
+        (0xFF80_0000, 0xFF80), // −inf stays
+        (0x0000_0000, 0x0000),
+    ];
+    for (f, want) in cases {
+        assert_eq!(to_bf16(f32::from_bits(f)), want, "{f:#010x}");
+    }
+    let nan = to_bf16(f32::from_bits(0x7F80_0001));
+    assert!(from_bf16(nan).is_nan(), "a NaN whose payload sits in the dropped bits must stay NaN");
+    // Widening is exact.
+    assert_eq!(from_bf16(0x3F81), 1.0078125);
+}
+
+/// Row-major or transposed layouts at an offset with a padded leading dimension, as the models
+/// and the tests below use them.
+fn layout(transposed: bool, rows: usize, cols: usize, pad: usize, offset: usize) -> MatLayout {
+    if transposed {
+        MatLayout::transposed(rows + pad).at(offset)
+    } else {
+        MatLayout::row_major(cols + pad).at(offset)
+    }
+}
+
+struct Case {
+    spec: GemmSpec,
+    bias: bool,
+}
+
+fn cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    // m, n, k around the tile sizes (MR = 12, NR = 32, MC = 48, KC = 2·256): single rows and
+    // columns, odd k, more than one k block, more columns than one chunk.
+    let shapes = [
+        (1, 1, 1),
+        (1, 33, 5),
+        (2, 1, 7),
+        (MR, NR, 2),
+        (MR + 1, NR - 1, 3),
+        (MC + 1, 2 * NR + 1, 2 * KC_PAIRS + 1),
+        (5, 300, 64),
+        (97, 100, 17),
+        (3, 70, 4 * KC_PAIRS),
+    ];
+    for (i, &(m, n, k)) in shapes.iter().enumerate() {
+        // The model layout: x row-major, a PyTorch Linear weight [n, k] read transposed.
+        out.push(Case { spec: GemmSpec::linear(m, k, n), bias: i % 2 == 0 });
+        // Row-major B, padded leading dimensions and offsets everywhere, accumulating (beta 1).
+        out.push(Case {
+            spec: GemmSpec {
+                m,
+                n,
+                k,
+                batch: 1,
+                a: layout(false, m, k, 3, 5),
+                b: layout(false, k, n, 2, 7),
+                c: layout(false, m, n, 4, 1),
+                beta: 1.0,
+            },
+            bias: false,
+        });
+        // Transposed A (col_stride ≠ 1), beta 0 with bias.
+        out.push(Case {
+            spec: GemmSpec {
+                m,
+                n,
+                k,
+                batch: 1,
+                a: layout(true, m, k, 1, 2),
+                b: layout(true, k, n, 3, 0),
+                c: layout(false, m, n, 0, 0),
+                beta: 0.0,
+            },
+            bias: true,
+        });
+    }
+    // Strided batches of both B layouts.
+    for transposed_b in [false, true] {
+        let (m, n, k, batch) = (13, 40, 9, 3);
+        out.push(Case {
+            spec: GemmSpec {
+                m,
+                n,
+                k,
+                batch,
+                a: layout(false, m, k, 1, 0).batched(m * (k + 1) + 2),
+                b: layout(transposed_b, k, n, 1, 3).batched((k + 1) * (n + 1) + 5),
+                c: layout(false, m, n, 2, 0).batched(m * (n + 2) + 1),
+                beta: if transposed_b { 1.0 } else { 0.0 },
+            },
+            bias: !transposed_b,
+        });
+    }
+    out
+}
+
+/// Operands for a case: A perturbed f32, B either grid f32 or a bf16 copy of grid values, C
+/// and bias on the grid, every buffer a little longer than the layout needs (guard cells).
+struct Data {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    b16: Vec<u16>,
+    bias: Vec<f32>,
+    c: Vec<f32>,
+}
+
+fn data(s: &GemmSpec, rng: &mut Rng) -> Data {
+    let len = |l: &MatLayout, r, c| l.extent(r, c, s.batch).unwrap_or(0) + 3;
+    let a: Vec<f32> = (0..len(&s.a, s.m, s.k)).map(|_| rng.perturbed()).collect();
+    let b: Vec<f32> = (0..len(&s.b, s.k, s.n)).map(|_| rng.grid()).collect();
+    let b16 = b.iter().map(|&x| to_bf16(x)).collect();
+    let bias = (0..s.n).map(|_| rng.grid()).collect();
+    let c = (0..len(&s.c, s.m, s.n)).map(|_| rng.grid()).collect();
+    Data { a, b, b16, bias, c }
+}
+
+#[test]
+fn reference_is_exact_on_grid_data_and_rounds_to_nearest() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    for case in cases() {
+        let s = &case.spec;
+        let d = data(s, &mut rng);
+        let bias = case.bias.then_some(&d.bias[..]);
+        let mut got = d.c.clone();
+        reference(s, Operand::F32(&d.a), Operand::Bf16(&d.b16), bias, &mut got);
+        // f64, on inputs rounded to nearest: exact for grid data, so equal to the last bit.
+        let mut want = d.c.clone();
+        let mut trunc = d.c.clone();
+        for (out, round) in [(&mut want, to_bf16 as fn(f32) -> u16), (&mut trunc, |x: f32| (x.to_bits() >> 16) as u16)] {
+            for bi in 0..s.batch {
+                for i in 0..s.m {
+                    for j in 0..s.n {
+                        let mut acc = 0.0f64;
+                        for q in 0..s.k {
+                            let x = d.a[s.a.offset + bi * s.a.batch_stride + i * s.a.row_stride + q * s.a.col_stride];
+                            let w = d.b[s.b.offset + bi * s.b.batch_stride + q * s.b.row_stride + j * s.b.col_stride];
+                            acc += from_bf16(round(x)) as f64 * w as f64;
+                        }
+                        let ci = s.c.offset + bi * s.c.batch_stride + i * s.c.row_stride + j;
+                        let prior = if s.beta == 0.0 { bias.map_or(0.0, |b| b[j]) as f64 } else { out[ci] as f64 };
+                        out[ci] = (prior + acc) as f32;
+                    }
+                }
+            }
+        }
+        assert_eq!(got, want, "{s:?}");
+        if s.k >= 4 {
+            // The wrong rounding (truncation) must be told apart by this very data.
+            assert_ne!(got, trunc, "truncation indistinguishable for {s:?}");
+        }
+    }
+}
+
+/// Runs the kernel or says why not; the output names which paths ran.
+fn kernel_or_skip(test: &str) -> Option<Avx512Bf16> {
+    match Avx512Bf16::detect() {
+        Ok(cpu) => {
+            println!("{test}: AVX-512 BF16 kernel ran");
+            Some(cpu)
+        }
+        Err(missing) => {
+            println!("{test}: AVX-512 BF16 kernel not run (this CPU lacks {missing}); reference only");
+            None
+        }
+    }
+}
+
+#[test]
+fn kernel_equals_reference_bit_for_bit_on_edge_shapes() {
+    let Some(cpu) = kernel_or_skip("kernel_equals_reference_bit_for_bit_on_edge_shapes") else { return };
+    let mut rng = Rng(0x0123_4567_89AB_CDEF);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    let mut packed = Vec::new();
+    for case in cases() {
+        let s = &case.spec;
+        let d = data(s, &mut rng);
+        let bias = case.bias.then_some(&d.bias[..]);
+        // The model case (bf16 weight), f32 B rounded while packed, and A as the bf16 operand.
+        let a16: Vec<u16> = d.a.iter().map(|&x| to_bf16(x)).collect();
+        let pairs: [(Operand<'_>, Operand<'_>); 3] = [
+            (Operand::F32(&d.a), Operand::Bf16(&d.b16)),
+            (Operand::F32(&d.a), Operand::F32(&d.b)),
+            (Operand::Bf16(&a16), Operand::F32(&d.b)),
+        ];
+        for (a, b) in pairs {
+            let mut want = d.c.clone();
+            reference(s, a, b, bias, &mut want);
+            let mut got = d.c.clone();
+            pool.install(|| gemm_fast(cpu, s, a, b, bias, &mut got, &mut packed)).unwrap();
+            assert_eq!(got, want, "{s:?} bias {}", case.bias);
+        }
+    }
+}
+
+#[test]
+fn kernel_k0_writes_bias_or_leaves_c() {
+    let Some(cpu) = kernel_or_skip("kernel_k0_writes_bias_or_leaves_c") else { return };
+    let mut s = GemmSpec::linear(3, 0, 5);
+    let bias = [1.0, 2.0, 3.0, 4.0, 5.0];
+    let mut c = vec![9.0; 15];
+    gemm_fast(cpu, &s, Operand::F32(&[]), Operand::Bf16(&[]), Some(&bias), &mut c, &mut Vec::new()).unwrap();
+    assert_eq!(&c[..5], &bias);
+    assert_eq!(&c[10..], &bias);
+    s.beta = 1.0;
+    let mut c = vec![9.0; 15];
+    gemm_fast(cpu, &s, Operand::F32(&[]), Operand::Bf16(&[]), None, &mut c, &mut Vec::new()).unwrap();
+    assert_eq!(c, vec![9.0; 15]);
+}
+
+#[test]
+fn kernel_refuses_overlapping_rows_of_c() {
+    let Some(cpu) = kernel_or_skip("kernel_refuses_overlapping_rows_of_c") else { return };
+    let mut s = GemmSpec::linear(4, 8, 8);
+    s.c = MatLayout::row_major(4);
+    let err = gemm_fast(cpu, &s, Operand::F32(&[0.0; 32]), Operand::Bf16(&[0; 64]), None, &mut [0.0; 32], &mut Vec::new());
+    assert!(err.unwrap_err().to_string().contains("overlap"));
+}
+
+/// Gaussian-like activations and weights at the F5 scale (k = 1024, weights ~ 1/√k): the
+/// kernel agrees with the reference to f32 rounding of the sums, and both are a bf16 distance
+/// (rel-L2 ~ 2⁻⁸, not the f32 1e-7) from the f64 product of the f32 inputs.
+#[test]
+fn kernel_on_realistic_data_is_bf16_accurate() {
+    let mut rng = Rng(42);
+    let (m, k, n) = (40, 1024, 96);
+    let normal = |rng: &mut Rng| -> f32 {
+        let s: f64 = (0..12).map(|_| rng.unit()).sum::<f64>() - 6.0;
+        s as f32
+    };
+    let a: Vec<f32> = (0..m * k).map(|_| normal(&mut rng)).collect();
+    let w: Vec<f32> = (0..n * k).map(|_| normal(&mut rng) / 32.0).collect();
+    let w16: Vec<u16> = w.iter().map(|&x| to_bf16(x)).collect();
+    let s = GemmSpec::linear(m, k, n);
+    let mut exact = vec![0.0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            exact[i * n + j] = (0..k).map(|q| a[i * k + q] as f64 * w[j * k + q] as f64).sum();
+        }
+    }
+    let rel_l2 = |got: &[f32]| {
+        let num: f64 = got.iter().zip(&exact).map(|(&g, &e)| (g as f64 - e).powi(2)).sum();
+        let den: f64 = exact.iter().map(|e| e * e).sum();
+        (num / den).sqrt()
+    };
+    let mut want = vec![0.0; m * n];
+    reference(&s, Operand::F32(&a), Operand::Bf16(&w16), None, &mut want);
+    let err_ref = rel_l2(&want);
+    println!("reference rel-L2 vs f64 of the f32 inputs: {err_ref:.2e}");
+    // Each input carries a relative rounding error ≤ 2⁻⁹, uncorrelated: about 2⁻⁸·(1/√3)·√2
+    // ≈ 3e-3 in the sums. 1e-2 fails a kernel that drops or doubles terms; 3e-4 fails one that
+    // quietly did not round (an f32 GEMM lands near 1e-7).
+    assert!(err_ref > 3e-4 && err_ref < 1e-2, "{err_ref}");
+    let Some(cpu) = kernel_or_skip("kernel_on_realistic_data_is_bf16_accurate") else { return };
+    let mut got = vec![0.0; m * n];
+    gemm_fast(cpu, &s, Operand::F32(&a), Operand::Bf16(&w16), None, &mut got, &mut Vec::new()).unwrap();
+    println!("kernel rel-L2 vs f64 of the f32 inputs: {:.2e}", rel_l2(&got));
+    // Same rounded products, summed in another order: γ_k bound on each sum, 2k·2⁻²⁴·Σ|x·w|.
+    for i in 0..m {
+        for j in 0..n {
+            let mag: f64 = (0..k).map(|q| (from_bf16(to_bf16(a[i * k + q])) as f64 * from_bf16(w16[j * k + q]) as f64).abs()).sum();
+            let tol = 2.0 * k as f64 * f32::EPSILON as f64 / 2.0 * mag;
+            let diff = (got[i * n + j] as f64 - want[i * n + j] as f64).abs();
+            assert!(diff <= tol, "({i}, {j}): kernel {} reference {} (tol {tol:e})", got[i * n + j], want[i * n + j]);
+        }
+    }
+}
+
+#[test]
+fn backend_keeps_weights_in_bf16_and_refuses_them_elsewhere() {
+    let Some(_) = kernel_or_skip("backend_keeps_weights_in_bf16_and_refuses_them_elsewhere") else {
+        let err = CpuBf16Backend::with_threads(1).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("avx512"), "the refusal must name the missing extension: {err}");
+        return;
+    };
+    let kit = CpuBf16Backend::with_threads(2).unwrap();
+    let mut rng = Rng(7);
+    let (m, k, n) = (30, 70, 50);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.perturbed()).collect();
+    let w: Vec<f32> = (0..n * k).map(|_| rng.perturbed()).collect();
+    let b: Vec<f32> = (0..n).map(|_| rng.grid()).collect();
+    let xb = kit.upload(&x).unwrap();
+    let wb = kit.upload_weight(&w).unwrap();
+    let bb = kit.upload(&b).unwrap();
+    assert!(wb.is_bf16() && !xb.is_bf16());
+    // A weight reads back as its bf16 values.
+    let back = kit.download(&wb).unwrap();
+    assert!(back.iter().zip(&w).all(|(&r, &o)| r == from_bf16(to_bf16(o))));
+    let mut y = kit.alloc(m * n).unwrap();
+    let s = GemmSpec::linear(m, k, n);
+    kit.gemm(&s, &xb, &wb, Some(&bb), &mut y).unwrap();
+    let w16: Vec<u16> = w.iter().map(|&v| to_bf16(v)).collect();
+    let mut want = vec![0.0; m * n];
+    reference(&s, Operand::F32(&x), Operand::Bf16(&w16), Some(&b), &mut want);
+    assert_eq!(kit.download(&y).unwrap(), want);
+    // Two f32 operands take the f32 GEMM, unchanged from CpuBackend.
+    let wf = kit.upload(&w).unwrap();
+    kit.gemm(&s, &xb, &wf, Some(&bb), &mut y).unwrap();
+    let f32_kit = CpuBackend::with_threads(2).unwrap();
+    let mut y32 = f32_kit.alloc(m * n).unwrap();
+    f32_kit.gemm(&s, &x, &w, Some(&b), &mut y32).unwrap();
+    assert_eq!(kit.download(&y).unwrap(), y32);
+    // Any other op refuses the bf16-only weight, naming the op.
+    let mut out = kit.alloc(n * k).unwrap();
+    let err = kit.layer_norm(&wb, n, k, 1e-6, None, &mut out).unwrap_err().to_string();
+    assert!(err.starts_with("layer_norm") && err.contains("bf16 GEMM weight"), "{err}");
+    // Writes into a weight round to bf16; copies out widen.
+    let mut wb2: CpuBuf = kit.upload_weight(&[0.0; 4]).unwrap();
+    kit.write(&mut wb2, 1, &[f32::from_bits(0x3F80_8001)]).unwrap();
+    kit.copy(&wb2, 1, &mut out, 0, 1).unwrap();
+    assert_eq!(kit.download(&out).unwrap()[0], from_bf16(0x3F81));
+}
