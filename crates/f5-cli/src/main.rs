@@ -257,6 +257,27 @@ fn mel(input: &Path, output: &Path, raw: bool) -> Result<()> {
     Ok(())
 }
 
+fn inspect_kokoro(path: &Path, container: &str, k: &f5_kokoro::KokoroSummary, json: bool) -> Result<()> {
+    if json {
+        let j = serde_json::json!({
+            "kind": "kokoro", "container": container, "layout": k.layout, "tensors": k.tensors, "params": k.params,
+            "hidden_dim": k.hidden_dim, "albert_hidden": k.albert_hidden, "n_token": k.n_token, "style_dim": k.style_dim,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        println!("{}: Kokoro (StyleTTS2 + ISTFTNet), {container}, {} layout", path.display(), k.layout);
+        println!(
+            "  ALBERT hidden {} over {} tokens → text features {} → prosody and decoder conditioned on a {}-float voice style",
+            k.albert_hidden,
+            k.n_token,
+            k.hidden_dim,
+            2 * k.style_dim
+        );
+        println!("  {} tensors, {} parameters", k.tensors, k.params);
+    }
+    Ok(())
+}
+
 fn inspect_vocos(path: &Path, container: &str, v: &f5_vocos::VocosConfig, json: bool) -> Result<()> {
     let hop_from = match &v.hop_source {
         f5_vocos::HopSource::Yaml(p) => format!("config {}", p.display()),
@@ -427,6 +448,9 @@ fn inspect(name: &str, json: bool) -> Result<()> {
         f5_torchpt::Format::Safetensors => "safetensors",
         f5_torchpt::Format::TorchZip => "pytorch",
     };
+    if let Some(k) = f5_kokoro::inspect(&ckpt) {
+        return inspect_kokoro(path, container, &k, json);
+    }
     let c = match f5_dit::F5Config::infer(&ckpt, path, &f5_dit::Overrides::default()) {
         Ok(c) => c,
         Err(e) => {
@@ -434,7 +458,7 @@ fn inspect(name: &str, json: bool) -> Result<()> {
             if let Ok(v) = f5_vocos::VocosConfig::infer(&ckpt, yaml.as_deref()) {
                 return inspect_vocos(path, container, &v, json);
             }
-            bail!("{} is neither an F5-TTS checkpoint nor a Vocos vocoder this version can read: {e}", path.display())
+            bail!("{} is neither an F5-TTS, a Kokoro nor a Vocos checkpoint this version can read: {e}", path.display())
         }
     };
     let dtype = ckpt

@@ -58,6 +58,18 @@ fn synth_writes_a_wav_matching_the_reference_length() {
 }
 
 #[test]
+fn models_inspect_recognises_kokoro() {
+    for file in ["kokoro-small.pth", "kokoro-small-stripped.pth", "kokoro-small.safetensors"] {
+        let (ok, out, err) = f5(&["models", "inspect", &format!("kokoro/models/kokoro-small/{file}"), "--json"]);
+        assert!(ok, "{file}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!((v["kind"].as_str(), v["tensors"].as_u64(), v["params"].as_u64()), (Some("kokoro"), Some(548), Some(134_734)), "{file}");
+    }
+    let (ok, out, _) = f5(&["models", "inspect", "kokoro/models/kokoro-small/kokoro-small.pth"]);
+    assert!(ok && out.contains("Kokoro") && out.contains("134734 parameters"), "{out}");
+}
+
+#[test]
 fn models_inspect_reads_the_architecture() {
     let (ok, out, err) = f5(&["models", "inspect", "models/f5-tiny-v0/model.pt", "--json"]);
     assert!(ok, "{err}");

@@ -19,6 +19,7 @@ mod albert;
 mod blocks;
 pub mod config;
 mod decoder;
+mod inspect;
 mod model;
 mod prosody;
 pub mod source;
@@ -26,6 +27,7 @@ mod text_encoder;
 pub mod voice;
 
 pub use config::KokoroConfig;
+pub use inspect::{inspect, KokoroSummary};
 pub use model::{Aligned, Kokoro, Speech};
 pub use voice::{parse_voice_mix, VoicePack};
 

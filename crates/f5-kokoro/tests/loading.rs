@@ -156,3 +156,16 @@ fn bad_input_is_refused_with_the_reason() {
     assert!(m.forward(&[0, 5, 0], &style[..10], 1.0, 0, Trace::off()).is_err());
     let _ = m.kit().device();
 }
+
+#[test]
+fn inspect_recognises_kokoro_in_every_layout_and_nothing_else() {
+    let dir = fixtures().join("models/kokoro-small");
+    for layout in LAYOUTS {
+        let ckpt = f5_torchpt::Checkpoint::open(dir.join(layout)).unwrap();
+        let s = f5_kokoro::inspect(&ckpt).unwrap_or_else(|| panic!("{layout} not recognised"));
+        assert_eq!((s.tensors, s.params), (548, 134_734), "{layout}");
+        assert_eq!((s.hidden_dim, s.n_token, s.style_dim), (8, 178, 128), "{layout}");
+    }
+    let f5 = f5_torchpt::Checkpoint::open(fixtures().join("../models/f5-tiny-v1/model.safetensors")).unwrap();
+    assert!(f5_kokoro::inspect(&f5).is_none(), "an F5 checkpoint is not Kokoro");
+}

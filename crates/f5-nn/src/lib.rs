@@ -10,7 +10,7 @@ pub mod torch_rand;
 mod weights;
 
 pub use layers::{BiLstm, Conv1d, ConvNeXtBlock, ConvNeXtScratch, ConvTranspose1d, LayerNorm, Linear, Lstm};
-pub use weights::{Scope, Weights};
+pub use weights::{canonical, Scope, Weights};
 
 /// What loading weights or running a layer can fail with.
 #[derive(Debug, thiserror::Error)]
