@@ -90,7 +90,8 @@ pub fn gemm<B: Backend>(kit: &B) {
     let mut rng = Rng::new(1);
     let mut cases: Vec<(GemmSpec, bool)> = Vec::new();
     // PyTorch Linear layout (weight [n, k] read transposed), with and without bias, odd shapes.
-    for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 65), (64, 64, 64), (130, 257, 95), (2, 712, 128)] {
+    // k = 0 (an empty input feature axis) is a sum of no terms: the output is the bias alone.
+    for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 65), (64, 64, 64), (130, 257, 95), (2, 712, 128), (3, 0, 5)] {
         cases.push((GemmSpec::linear(m, k, n), true));
         cases.push((GemmSpec::linear(m, k, n), false));
     }
@@ -158,7 +159,9 @@ fn ref_attention(s: &AttentionSpec, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64>
 pub fn attention<B: Backend>(kit: &B) {
     let mut rng = Rng::new(2);
     // n = 300 spans several query blocks, the last one partial; n = 1 is a single key.
-    for &(bh, n, d, scale) in &[(1, 1, 64, 0.125), (3, 17, 64, 0.125), (2, 300, 64, 0.125), (1, 129, 8, 0.5), (4, 33, 16, 1.0)] {
+    // 65,537 slices: more than a CUDA grid's y axis holds (65,535), so a kernel must loop.
+    let cases = [(1, 1, 64, 0.125), (3, 17, 64, 0.125), (2, 300, 64, 0.125), (1, 129, 8, 0.5), (4, 33, 16, 1.0), (65_537, 2, 2, 1.0)];
+    for &(bh, n, d, scale) in &cases {
         let spec = AttentionSpec { batch_heads: bh, n, head_dim: d, scale };
         let len = bh * n * d;
         // Scores up to ~±8 make the softmax far from uniform, so a wrong axis or scale shows.
@@ -244,7 +247,8 @@ pub fn gated_add<B: Backend>(kit: &B) {
 
 pub fn grn<B: Backend>(kit: &B) {
     let mut rng = Rng::new(6);
-    for &(batch, n, d) in &[(1, 1, 1), (2, 5, 7), (1, 64, 32), (2, 200, 64)] {
+    // A batch of 65,537 items: past a CUDA grid's y limit (65,535).
+    for &(batch, n, d) in &[(1, 1, 1), (2, 5, 7), (1, 64, 32), (2, 200, 64), (65_537, 2, 3)] {
         let x = rng.vec(batch * n * d);
         let (gamma, beta) = (rng.vec(d), rng.vec(d));
         let mut want = vec![0.0f64; x.len()];

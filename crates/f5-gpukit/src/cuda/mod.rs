@@ -11,6 +11,7 @@
 //! - libcuda, cuBLAS and NVRTC are opened at run time: a binary built with the `cuda` feature runs
 //!   anywhere, and [`CudaBackend::new`] reports a missing driver or device as an error.
 
+mod capture;
 mod gemm;
 mod modules;
 mod seq_ops;
@@ -30,6 +31,7 @@ use crate::spec::{
     AttentionSpec, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec, RopeSpec, StftSpec,
 };
 use crate::{shape_err, Activation, Backend, Device, KitError, Result};
+use capture::{CaptureGate, GraphPin, Scratch};
 
 /// How [`Backend::upload_weight`] stores weights, and so which GEMMs use the tensor cores.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,8 +131,13 @@ pub struct CudaState {
     blas: CudaBlas,
     _workspace: CudaSlice<u8>,
     /// bf16 staging of the operand that has no bf16 copy. Reused by every bf16 GEMM: stream
-    /// order makes that safe, and growing it frees the old one stream-ordered too.
-    bf16_scratch: Mutex<Option<CudaSlice<u16>>>,
+    /// order makes that safe; growing it frees the old one stream-ordered, or keeps it while a
+    /// captured graph may still point into it (see `capture.rs`).
+    bf16_scratch: Mutex<Scratch<CudaSlice<u16>>>,
+    /// GRN's per-(item, channel) norms, reused like `bf16_scratch` so GRN can be captured.
+    grn_scratch: Mutex<Scratch<CudaSlice<f32>>>,
+    /// Serialises graph capture against other threads' ops and pins scratch for live graphs.
+    gate: CaptureGate,
     options: CudaOptions,
     ordinal: usize,
     stream: Arc<CudaStream>,
@@ -197,7 +204,9 @@ impl CudaBackend {
                 kernel_source,
                 blas,
                 _workspace: workspace,
-                bf16_scratch: Mutex::new(None),
+                bf16_scratch: Mutex::new(Scratch::new("the bf16 GEMM operand scratch")),
+                grn_scratch: Mutex::new(Scratch::new("the GRN norm scratch")),
+                gate: CaptureGate::default(),
                 options,
                 ordinal,
                 stream,
@@ -242,17 +251,30 @@ impl CudaBackend {
         start.elapsed_ms(&end).map_err(dev_err("event elapsed"))
     }
 
-    /// Records the ops queued by `work` into a CUDA graph instead of running them. `work` must
-    /// not allocate, upload or download (run it once eagerly first so scratch buffers exist).
+    /// Records the ops queued by `work` into a CUDA graph instead of running them.
+    ///
+    /// `work` must not allocate, upload or download: run it once eagerly first so scratch
+    /// buffers exist. Ops that cannot be recorded (the LSTM and the embedding copy host data;
+    /// a scratch buffer that would have to grow) fail the capture with an error saying so.
+    /// While the capture runs, ops from other threads wait for it to end (stream capture would
+    /// otherwise record them too); the scratch a graph recorded stays allocated as long as the
+    /// graph exists.
     pub fn capture(&self, work: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        let capture = self.gate.begin()?;
         self.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(dev_err("begin graph capture"))?;
         let queued = work();
         // End the capture whatever happened, so the stream is usable again.
         let graph = self.stream.end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
         queued?;
         let graph = graph.map_err(dev_err("end graph capture"))?;
-        graph.map(|g| CudaGraph { graph: g }).ok_or_else(|| KitError::Device("graph capture recorded nothing".into()))
+        let graph = graph.ok_or_else(|| KitError::Device("graph capture recorded nothing".into()))?;
+        Ok(CudaGraph { graph, _pin: capture.into_pin() })
+    }
+
+    /// Refuses, inside a capture, an op that cannot be recorded into a graph.
+    fn refuse_in_capture(&self, op: &str, why: &str) -> Result<()> {
+        self.gate.refuse(op, why)
     }
 
     fn kernel(&self, name: &'static str) -> Result<&CudaFunction> {
@@ -260,6 +282,7 @@ impl CudaBackend {
     }
 
     fn launch(&self, name: &'static str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
+        let _op = self.gate.enter()?;
         let f = self.kernel(name)?;
         let mut builder = self.stream.launch_builder(f);
         for a in args {
@@ -302,6 +325,7 @@ impl CudaBackend {
     }
 
     fn device_alloc<T: cudarc::driver::DeviceRepr>(&self, len: usize, what: &str) -> Result<CudaSlice<T>> {
+        let _op = self.gate.enter()?;
         // SAFETY: every caller writes the buffer before any kernel reads it.
         unsafe { self.stream.alloc::<T>(len.max(1)) }.map_err(dev_err(format!("cannot allocate {len} values for {what}")))
     }
@@ -312,6 +336,7 @@ impl CudaBackend {
         let pa = self.addr(&b.data, call.a.offset, 4) as *const f32;
         let pb = self.addr(&a.data, call.b.offset, 4) as *const f32;
         let pc = self.addr(&c.data, call.c.offset, 4) as *mut f32;
+        let _op = self.gate.enter()?;
         self.ctx.bind_to_thread().map_err(dev_err("bind context"))?;
         // SAFETY: GemmSpec::validate bounded every element the call touches inside its buffer.
         unsafe {
@@ -349,12 +374,7 @@ impl CudaBackend {
             }
             let end = layout.extent(rows, cols, spec.batch).unwrap_or(layout.offset);
             let span = end.saturating_sub(layout.offset);
-            if scratch.as_ref().is_none_or(|s| s.len() < span) {
-                *scratch = Some(self.device_alloc::<u16>(span, "the bf16 GEMM operand")?);
-            }
-            let Some(s) = scratch.as_ref() else {
-                return Err(KitError::Device("bf16 scratch missing".into()));
-            };
+            let s = scratch.ensure(&self.gate, span, |s| s.len(), |len| self.device_alloc::<u16>(len, "the bf16 GEMM operand"))?;
             self.to_bf16(&buf.data, layout.offset, s, span)?;
             Ok(self.addr(s, offset - layout.offset, 2))
         };
@@ -363,6 +383,7 @@ impl CudaBackend {
         let pb = pointer(a, &spec.a, spec.m, spec.k, call.b.offset)?;
         let pc = self.addr(&c.data, call.c.offset, 4);
         let alpha = 1.0f32;
+        let _op = self.gate.enter()?;
         self.ctx.bind_to_thread().map_err(dev_err("bind context"))?;
         use blas_sys::{cublasComputeType_t, cublasGemmAlgo_t, cudaDataType};
         // SAFETY: as in gemm_f32; bf16 operands mirror the validated f32 spans element for element.
@@ -411,11 +432,14 @@ fn op(o: gemm::Op) -> blas_sys::cublasOperation_t {
 
 /// A captured sequence of ops; [`CudaGraph::replay`] queues it again with one launch.
 pub struct CudaGraph {
+    // Field order is drop order: the graph goes before its pin on the scratch buffers.
     graph: cudarc::driver::CudaGraph,
+    _pin: GraphPin,
 }
 
 impl CudaGraph {
     pub fn replay(&self) -> Result<()> {
+        // A replay is plain stream work: it needs no gate (it records nothing).
         self.graph.launch().map_err(dev_err("graph launch"))
     }
 }
@@ -428,6 +452,7 @@ impl Backend for CudaBackend {
     }
 
     fn alloc(&self, len: usize) -> Result<CudaBuf> {
+        let _op = self.gate.enter()?;
         let data = self.stream.alloc_zeros::<f32>(len.max(1)).map_err(|_| KitError::OutOfMemory(len))?;
         Ok(CudaBuf { data, len, bf16: None })
     }
@@ -439,6 +464,8 @@ impl Backend for CudaBackend {
             bf16: None,
         };
         if !data.is_empty() {
+            self.refuse_in_capture("upload", "copies from host memory")?;
+            let _op = self.gate.enter()?;
             self.stream.memcpy_htod(data, &mut buf.data).map_err(dev_err("upload"))?;
         }
         Ok(buf)
@@ -472,6 +499,8 @@ impl Backend for CudaBackend {
         if data.is_empty() {
             return Ok(());
         }
+        self.refuse_in_capture("write", "copies from host memory")?;
+        let _op = self.gate.enter()?;
         let mut dst = buf.data.slice_mut(offset..end);
         self.stream.memcpy_htod(data, &mut dst).map_err(dev_err("write"))?;
         // A later bf16 GEMM must not see a stale copy.
@@ -488,6 +517,8 @@ impl Backend for CudaBackend {
         if out.is_empty() {
             return Ok(());
         }
+        self.refuse_in_capture("read", "copies to host memory and waits for the device")?;
+        let _op = self.gate.enter()?;
         let src = buf.data.slice(offset..end);
         self.stream.memcpy_dtoh(&src, out).map_err(dev_err("read"))?;
         self.synchronize()
@@ -502,6 +533,7 @@ impl Backend for CudaBackend {
         if len == 0 {
             return Ok(());
         }
+        let _op = self.gate.enter()?;
         let from = src.data.slice(src_off..se);
         let mut to = dst.data.slice_mut(dst_off..de);
         self.stream.memcpy_dtod(&from, &mut to).map_err(dev_err("copy"))?;
@@ -528,14 +560,31 @@ impl Backend for CudaBackend {
         if spec.batch == 0 || spec.m == 0 || spec.n == 0 {
             return Ok(());
         }
-        let call = gemm::blas_call(spec)?;
-        if a.bf16.is_some() || b.bf16.is_some() {
-            self.gemm_bf16(spec, &call, a, b, c, spec.beta)?;
+        let _op = self.gate.enter()?;
+        let total = crate::spec::product("gemm", &[spec.batch, spec.m, spec.n])?;
+        if spec.k == 0 {
+            // A·B is a sum of no terms: C = beta·C (+ bias), as on the CPU. cuBLAS is not asked,
+            // since a k = 0 operand has no valid leading dimension to describe it.
+            if spec.beta == 0.0 {
+                let args = [
+                    self.at(c, spec.c.offset),
+                    Self::u(spec.batch),
+                    Self::u(spec.m),
+                    Self::u(spec.n),
+                    Self::u(spec.c.row_stride),
+                    Self::u(spec.c.batch_stride),
+                ];
+                self.elementwise("zero_rows", total, &args)?;
+            }
         } else {
-            self.gemm_f32(&call, a, b, c, spec.beta)?;
+            let call = gemm::blas_call(spec)?;
+            if a.bf16.is_some() || b.bf16.is_some() {
+                self.gemm_bf16(spec, &call, a, b, c, spec.beta)?;
+            } else {
+                self.gemm_f32(&call, a, b, c, spec.beta)?;
+            }
         }
         if let Some(bias) = bias {
-            let total = crate::spec::product("gemm", &[spec.batch, spec.m, spec.n])?;
             let args = [
                 self.at(c, spec.c.offset),
                 self.at(bias, 0),
@@ -560,7 +609,8 @@ impl Backend for CudaBackend {
         let cfg = LaunchConfig {
             grid_dim: (
                 grid_dim("attention", "query blocks", n.div_ceil(ROWS_PER_BLOCK), i32::MAX as usize)?,
-                grid_dim("attention", "batch·heads", batch_heads, 65_535)?,
+                // Slices beyond the grid's y limit are looped over inside the kernel.
+                batch_heads.min(65_535) as u32,
                 1,
             ),
             block_dim: (ROWS_PER_BLOCK as u32, 1, 1),
@@ -568,9 +618,9 @@ impl Backend for CudaBackend {
         };
         let (pq, pk, pv, po) = (self.at(q, 0), self.at(k, 0), self.at(v, 0), self.at(out, 0));
         match d {
-            64 => self.launch("attention_d64", cfg, &[pq, pk, pv, po, Self::u(n), Arg::F32(scale)]),
-            1..=32 => self.launch("attention_le32", cfg, &[pq, pk, pv, po, Self::u(n), Self::u(d), Arg::F32(scale)]),
-            33..=64 => self.launch("attention_le64", cfg, &[pq, pk, pv, po, Self::u(n), Self::u(d), Arg::F32(scale)]),
+            64 => self.launch("attention_d64", cfg, &[pq, pk, pv, po, Self::u(batch_heads), Self::u(n), Arg::F32(scale)]),
+            1..=32 => self.launch("attention_le32", cfg, &[pq, pk, pv, po, Self::u(batch_heads), Self::u(n), Self::u(d), Arg::F32(scale)]),
+            33..=64 => self.launch("attention_le64", cfg, &[pq, pk, pv, po, Self::u(batch_heads), Self::u(n), Self::u(d), Arg::F32(scale)]),
             _ => Err(shape_err("attention", format!("head_dim {d} > 64 is not supported by the CUDA kernel"))),
         }
     }
@@ -636,23 +686,22 @@ impl Backend for CudaBackend {
         if total == 0 {
             return Ok(());
         }
-        let g = self.device_alloc::<f32>(crate::spec::product(op, &[batch, d])?, "GRN norms")?;
-        let pg = Arg::U64(self.addr(&g, 0, 4));
+        let _op = self.gate.enter()?;
+        let mut scratch = self.grn_scratch.lock().map_err(|_| KitError::Device("GRN scratch lock poisoned".into()))?;
+        let need = crate::spec::product(op, &[batch, d])?;
+        let g = scratch.ensure(&self.gate, need, |s| s.len(), |len| self.device_alloc::<f32>(len, "GRN norms"))?;
+        let pg = Arg::U64(self.addr(g, 0, 4));
         let cfg = LaunchConfig {
-            grid_dim: (grid_dim(op, "channel blocks", d.div_ceil(32), i32::MAX as usize)?, grid_dim(op, "batch", batch, 65_535)?, 1),
+            // Items beyond the grid's y limit are looped over inside the kernel.
+            grid_dim: (grid_dim(op, "channel blocks", d.div_ceil(32), i32::MAX as usize)?, batch.min(65_535) as u32, 1),
             block_dim: (32, 8, 1),
             shared_mem_bytes: 0,
         };
-        self.launch("grn_col_norm", cfg, &[self.at(x, 0), Arg::U64(self.addr(&g, 0, 4)), Self::u(n), Self::u(d)])?;
-        let cfg = LaunchConfig {
-            grid_dim: (grid_dim(op, "batch", batch, i32::MAX as usize)?, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        self.launch("grn_factor", cfg, &[Arg::U64(self.addr(&g, 0, 4)), Self::u(d), Arg::F32(eps)])?;
+        self.launch("grn_col_norm", cfg, &[self.at(x, 0), Arg::U64(self.addr(g, 0, 4)), Self::u(batch), Self::u(n), Self::u(d)])?;
+        let cfg = LaunchConfig { grid_dim: (batch.min(MAX_BLOCKS) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        self.launch("grn_factor", cfg, &[Arg::U64(self.addr(g, 0, 4)), Self::u(batch), Self::u(d), Arg::F32(eps)])?;
         let args = [self.at(x, 0), pg, self.at(gamma, 0), self.at(beta, 0), Self::u(batch), Self::u(n), Self::u(d)];
         self.elementwise("grn_apply", total, &args)
-        // `g` is freed stream-ordered, after grn_apply has read it.
     }
 
     fn split_heads_rope(&self, spec: &RopeSpec, src: &CudaBuf, cos: &CudaBuf, sin: &CudaBuf, dst: &mut CudaBuf) -> Result<()> {
@@ -792,6 +841,8 @@ impl Backend for CudaBackend {
         if ids.is_empty() || dim == 0 {
             return Ok(());
         }
+        self.refuse_in_capture("embedding", "copies the ids from host memory")?;
+        let _op = self.gate.enter()?;
         let mut dev_ids = self.device_alloc::<u32>(ids.len(), "embedding ids")?;
         self.stream.memcpy_htod(ids, &mut dev_ids).map_err(dev_err("embedding ids upload"))?;
         let args = [self.at(table, 0), Arg::U64(self.addr(&dev_ids, 0, 4)), self.at(out, 0), Self::u(ids.len()), Self::u(dim)];
