@@ -13,6 +13,7 @@
 
 mod capture;
 mod gemm;
+mod kernels;
 mod modules;
 mod seq_ops;
 
@@ -22,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::cublas::result as blas;
 use cudarc::cublas::sys as blas_sys;
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 
 pub use modules::KernelSource;
 
@@ -32,6 +33,7 @@ use crate::spec::{
 };
 use crate::{shape_err, Activation, Backend, Device, KitError, Result};
 use capture::{CaptureGate, GraphPin, Scratch};
+use kernels::DevPtr;
 
 /// How [`Backend::upload_weight`] stores weights, and so which GEMMs use the tensor cores.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,11 +83,14 @@ const THREADS: u32 = 256;
 /// Grid-stride kernels need no more blocks than this to fill any current GPU.
 const MAX_BLOCKS: usize = 1 << 16;
 
-/// A kernel argument; the launch takes pointers to these, so they live in a slice that outlives it.
-enum Arg {
-    U64(u64),
-    F32(f32),
-    I32(i32),
+/// A size as a kernel's `u64` parameter.
+fn u(v: usize) -> u64 {
+    v as u64
+}
+
+/// The grid of a grid-stride kernel over `total` values, or `None` (launch nothing) for 0.
+fn each(total: usize) -> Option<LaunchConfig> {
+    (total > 0).then(|| grid_1d(total))
 }
 
 fn dev_err(what: impl std::fmt::Display) -> impl FnOnce(cudarc::driver::DriverError) -> KitError {
@@ -281,25 +286,9 @@ impl CudaBackend {
         self.kernels.get(name).ok_or_else(|| KitError::Device(format!("kernel {name} is not loaded")))
     }
 
-    fn launch(&self, name: &'static str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
-        let _op = self.gate.enter()?;
-        let f = self.kernel(name)?;
-        let mut builder = self.stream.launch_builder(f);
-        for a in args {
-            match a {
-                Arg::U64(v) => builder.arg(v),
-                Arg::F32(v) => builder.arg(v),
-                Arg::I32(v) => builder.arg(v),
-            };
-        }
-        // SAFETY: every launch site passes the argument list of the kernel's C signature, and
-        // the op validated that each pointer + extent lies inside its buffer.
-        unsafe { builder.launch(cfg) }.map(|_| ()).map_err(dev_err(format!("launching {name}")))
-    }
-
     /// Device address of `buf[offset]` as a kernel argument.
-    fn at(&self, buf: &CudaBuf, offset: usize) -> Arg {
-        Arg::U64(self.addr(&buf.data, offset, 4))
+    fn at(&self, buf: &CudaBuf, offset: usize) -> DevPtr {
+        DevPtr(self.addr(&buf.data, offset, 4))
     }
 
     fn addr<T>(&self, s: &CudaSlice<T>, offset: usize, elem: u64) -> u64 {
@@ -307,21 +296,9 @@ impl CudaBackend {
         p + offset as u64 * elem
     }
 
-    fn u(v: usize) -> Arg {
-        Arg::U64(v as u64)
-    }
-
-    fn elementwise(&self, name: &'static str, total: usize, args: &[Arg]) -> Result<()> {
-        if total == 0 {
-            return Ok(());
-        }
-        self.launch(name, grid_1d(total), args)
-    }
-
     /// Converts `src[offset..offset + len]` to bf16 in `dst[..len]`.
     fn to_bf16(&self, src: &CudaSlice<f32>, offset: usize, dst: &CudaSlice<u16>, len: usize) -> Result<()> {
-        let args = [Arg::U64(self.addr(src, offset, 4)), Arg::U64(self.addr(dst, 0, 2)), Self::u(len)];
-        self.elementwise("f32_to_bf16", len, &args)
+        self.k().f32_to_bf16(each(len), DevPtr(self.addr(src, offset, 4)), DevPtr(self.addr(dst, 0, 2)), u(len))
     }
 
     fn device_alloc<T: cudarc::driver::DeviceRepr>(&self, len: usize, what: &str) -> Result<CudaSlice<T>> {
@@ -417,9 +394,10 @@ impl CudaBackend {
         .map_err(blas_err("gemm_strided_batched_ex (bf16)"))
     }
 
-    fn norm_rows(&self, name: &'static str, rows: usize, args: &[Arg]) -> Result<()> {
+    /// One block per row (grid-stride over rows) for the row-normalisation kernels.
+    fn norm_rows(rows: usize) -> LaunchConfig {
         let blocks = rows.clamp(1, MAX_BLOCKS) as u32;
-        self.launch(name, LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }, args)
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
     }
 }
 
@@ -505,8 +483,12 @@ impl Backend for CudaBackend {
         self.stream.memcpy_htod(data, &mut dst).map_err(dev_err("write"))?;
         // A later bf16 GEMM must not see a stale copy.
         if let Some(copy) = &buf.bf16 {
-            let args = [Arg::U64(self.addr(&buf.data, offset, 4)), Arg::U64(self.addr(copy, offset, 2)), Self::u(data.len())];
-            self.elementwise("f32_to_bf16", data.len(), &args)?;
+            self.k().f32_to_bf16(
+                each(data.len()),
+                DevPtr(self.addr(&buf.data, offset, 4)),
+                DevPtr(self.addr(copy, offset, 2)),
+                u(data.len()),
+            )?;
         }
         Ok(())
     }
@@ -538,8 +520,7 @@ impl Backend for CudaBackend {
         let mut to = dst.data.slice_mut(dst_off..de);
         self.stream.memcpy_dtod(&from, &mut to).map_err(dev_err("copy"))?;
         if let Some(copy) = &dst.bf16 {
-            let args = [Arg::U64(self.addr(&dst.data, dst_off, 4)), Arg::U64(self.addr(copy, dst_off, 2)), Self::u(len)];
-            self.elementwise("f32_to_bf16", len, &args)?;
+            self.k().f32_to_bf16(each(len), DevPtr(self.addr(&dst.data, dst_off, 4)), DevPtr(self.addr(copy, dst_off, 2)), u(len))?;
         }
         Ok(())
     }
@@ -547,10 +528,9 @@ impl Backend for CudaBackend {
     fn fill(&self, buf: &mut CudaBuf, offset: usize, len: usize, value: f32) -> Result<()> {
         let end = offset.checked_add(len).filter(|&e| e <= buf.len);
         end.ok_or_else(|| shape_err("fill", format!("{offset}+{len} past buffer of {}", buf.len)))?;
-        self.elementwise("fill_f32", len, &[self.at(buf, offset), Self::u(len), Arg::F32(value)])?;
+        self.k().fill_f32(each(len), self.at(buf, offset), u(len), value)?;
         if let Some(copy) = &buf.bf16 {
-            let args = [Arg::U64(self.addr(&buf.data, offset, 4)), Arg::U64(self.addr(copy, offset, 2)), Self::u(len)];
-            self.elementwise("f32_to_bf16", len, &args)?;
+            self.k().f32_to_bf16(each(len), DevPtr(self.addr(&buf.data, offset, 4)), DevPtr(self.addr(copy, offset, 2)), u(len))?;
         }
         Ok(())
     }
@@ -566,15 +546,15 @@ impl Backend for CudaBackend {
             // A·B is a sum of no terms: C = beta·C (+ bias), as on the CPU. cuBLAS is not asked,
             // since a k = 0 operand has no valid leading dimension to describe it.
             if spec.beta == 0.0 {
-                let args = [
+                self.k().zero_rows(
+                    each(total),
                     self.at(c, spec.c.offset),
-                    Self::u(spec.batch),
-                    Self::u(spec.m),
-                    Self::u(spec.n),
-                    Self::u(spec.c.row_stride),
-                    Self::u(spec.c.batch_stride),
-                ];
-                self.elementwise("zero_rows", total, &args)?;
+                    u(spec.batch),
+                    u(spec.m),
+                    u(spec.n),
+                    u(spec.c.row_stride),
+                    u(spec.c.batch_stride),
+                )?;
             }
         } else {
             let call = gemm::blas_call(spec)?;
@@ -585,16 +565,16 @@ impl Backend for CudaBackend {
             }
         }
         if let Some(bias) = bias {
-            let args = [
+            self.k().add_bias_rows(
+                each(total),
                 self.at(c, spec.c.offset),
                 self.at(bias, 0),
-                Self::u(spec.batch),
-                Self::u(spec.m),
-                Self::u(spec.n),
-                Self::u(spec.c.row_stride),
-                Self::u(spec.c.batch_stride),
-            ];
-            self.elementwise("add_bias_rows", total, &args)?;
+                u(spec.batch),
+                u(spec.m),
+                u(spec.n),
+                u(spec.c.row_stride),
+                u(spec.c.batch_stride),
+            )?;
         }
         Ok(())
     }
@@ -618,9 +598,9 @@ impl Backend for CudaBackend {
         };
         let (pq, pk, pv, po) = (self.at(q, 0), self.at(k, 0), self.at(v, 0), self.at(out, 0));
         match d {
-            64 => self.launch("attention_d64", cfg, &[pq, pk, pv, po, Self::u(batch_heads), Self::u(n), Arg::F32(scale)]),
-            1..=32 => self.launch("attention_le32", cfg, &[pq, pk, pv, po, Self::u(batch_heads), Self::u(n), Self::u(d), Arg::F32(scale)]),
-            33..=64 => self.launch("attention_le64", cfg, &[pq, pk, pv, po, Self::u(batch_heads), Self::u(n), Self::u(d), Arg::F32(scale)]),
+            64 => self.k().attention_d64(cfg, pq, pk, pv, po, u(batch_heads), u(n), scale),
+            1..=32 => self.k().attention_le32(cfg, pq, pk, pv, po, u(batch_heads), u(n), u(d), scale),
+            33..=64 => self.k().attention_le64(cfg, pq, pk, pv, po, u(batch_heads), u(n), u(d), scale),
             _ => Err(shape_err("attention", format!("head_dim {d} > 64 is not supported by the CUDA kernel"))),
         }
     }
@@ -638,13 +618,12 @@ impl Backend for CudaBackend {
         if total == 0 {
             return Ok(());
         }
-        let base = [self.at(x, 0), self.at(out, 0), Self::u(rows), Self::u(d), Arg::F32(eps)];
+        let cfg = Self::norm_rows(rows);
         match affine {
             Some((w, b)) => {
-                let [a0, a1, a2, a3, a4] = base;
-                self.norm_rows("layer_norm_affine", rows, &[a0, a1, a2, a3, a4, self.at(w, 0), self.at(b, 0)])
+                self.k().layer_norm_affine(cfg, self.at(x, 0), self.at(out, 0), u(rows), u(d), eps, self.at(w, 0), self.at(b, 0))
             }
-            None => self.norm_rows("layer_norm_plain", rows, &base),
+            None => self.k().layer_norm_plain(cfg, self.at(x, 0), self.at(out, 0), u(rows), u(d), eps),
         }
     }
 
@@ -663,21 +642,13 @@ impl Backend for CudaBackend {
         if total == 0 {
             return Ok(());
         }
-        let args = [
-            self.at(x, 0),
-            self.at(out, 0),
-            Self::u(rows),
-            Self::u(d),
-            Arg::F32(eps),
-            self.at(modulation, shift_off),
-            self.at(modulation, scale_off),
-        ];
-        self.norm_rows("adaln_modulate", rows, &args)
+        let (shift, scale) = (self.at(modulation, shift_off), self.at(modulation, scale_off));
+        self.k().adaln_modulate(Self::norm_rows(rows), self.at(x, 0), self.at(out, 0), u(rows), u(d), eps, shift, scale)
     }
 
     fn gated_add(&self, x: &mut CudaBuf, y: &CudaBuf, rows: usize, d: usize, gates: &CudaBuf, gate_off: usize) -> Result<()> {
         let total = check::gated_add(rows, d, x.len, y.len, gates.len, gate_off)?;
-        self.elementwise("gated_add", total, &[self.at(x, 0), self.at(y, 0), self.at(gates, gate_off), Self::u(total), Self::u(d)])
+        self.k().gated_add(each(total), self.at(x, 0), self.at(y, 0), self.at(gates, gate_off), u(total), u(d))
     }
 
     fn grn(&self, x: &mut CudaBuf, batch: usize, n: usize, d: usize, gamma: &CudaBuf, beta: &CudaBuf, eps: f32) -> Result<()> {
@@ -690,44 +661,42 @@ impl Backend for CudaBackend {
         let mut scratch = self.grn_scratch.lock().map_err(|_| KitError::Device("GRN scratch lock poisoned".into()))?;
         let need = crate::spec::product(op, &[batch, d])?;
         let g = scratch.ensure(&self.gate, need, |s| s.len(), |len| self.device_alloc::<f32>(len, "GRN norms"))?;
-        let pg = Arg::U64(self.addr(g, 0, 4));
+        let pg = DevPtr(self.addr(g, 0, 4));
         let cfg = LaunchConfig {
             // Items beyond the grid's y limit are looped over inside the kernel.
             grid_dim: (grid_dim(op, "channel blocks", d.div_ceil(32), i32::MAX as usize)?, batch.min(65_535) as u32, 1),
             block_dim: (32, 8, 1),
             shared_mem_bytes: 0,
         };
-        self.launch("grn_col_norm", cfg, &[self.at(x, 0), Arg::U64(self.addr(g, 0, 4)), Self::u(batch), Self::u(n), Self::u(d)])?;
+        self.k().grn_col_norm(cfg, self.at(x, 0), DevPtr(self.addr(g, 0, 4)), u(batch), u(n), u(d))?;
         let cfg = LaunchConfig { grid_dim: (batch.min(MAX_BLOCKS) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-        self.launch("grn_factor", cfg, &[Arg::U64(self.addr(g, 0, 4)), Self::u(batch), Self::u(d), Arg::F32(eps)])?;
-        let args = [self.at(x, 0), pg, self.at(gamma, 0), self.at(beta, 0), Self::u(batch), Self::u(n), Self::u(d)];
-        self.elementwise("grn_apply", total, &args)
+        self.k().grn_factor(cfg, DevPtr(self.addr(g, 0, 4)), u(batch), u(d), eps)?;
+        self.k().grn_apply(each(total), self.at(x, 0), pg, self.at(gamma, 0), self.at(beta, 0), u(batch), u(n), u(d))
     }
 
     fn split_heads_rope(&self, spec: &RopeSpec, src: &CudaBuf, cos: &CudaBuf, sin: &CudaBuf, dst: &mut CudaBuf) -> Result<()> {
         spec.validate(src.len, cos.len, sin.len, dst.len)?;
         let RopeSpec { batch, n, heads, head_dim: hd, rope_heads, src: rows } = *spec;
         let pairs = batch * n * heads * (hd / 2);
-        let args = [
+        self.k().split_heads_rope(
+            each(pairs),
             self.at(src, 0),
             self.at(cos, 0),
             self.at(sin, 0),
             self.at(dst, 0),
-            Self::u(batch),
-            Self::u(n),
-            Self::u(heads),
-            Self::u(hd),
-            Self::u(rope_heads),
-            Self::u(rows.offset),
-            Self::u(rows.row_stride),
-        ];
-        self.elementwise("split_heads_rope", pairs, &args)
+            u(batch),
+            u(n),
+            u(heads),
+            u(hd),
+            u(rope_heads),
+            u(rows.offset),
+            u(rows.row_stride),
+        )
     }
 
     fn merge_heads(&self, src: &CudaBuf, batch: usize, n: usize, heads: usize, hd: usize, dst: &mut CudaBuf) -> Result<()> {
         let total = check::merge_heads(batch, n, heads, hd, src.len, dst.len)?;
-        let args = [self.at(src, 0), self.at(dst, 0), Self::u(batch), Self::u(n), Self::u(heads), Self::u(hd)];
-        self.elementwise("merge_heads", total, &args)
+        self.k().merge_heads(each(total), self.at(src, 0), self.at(dst, 0), u(batch), u(n), u(heads), u(hd))
     }
 
     fn conv1d(&self, spec: &Conv1dSpec, x: &CudaBuf, weight: &CudaBuf, bias: Option<&CudaBuf>, y: &mut CudaBuf) -> Result<()> {
@@ -741,14 +710,13 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let (pb, has_bias) = match bias {
-            Some(b) => (self.at(b, 0), Arg::I32(1)),
-            None => (Arg::U64(0), Arg::I32(0)),
+            Some(b) => (self.at(b, 0), 1),
+            None => (DevPtr::NULL, 0),
         };
         let (px, pw, py) = (self.at(x, 0), self.at(weight, 0), self.at(y, 0));
         let total = batch * n_out * c_out;
         if groups == c_in && c_out == c_in {
-            let args = [px, pw, pb, py, Self::u(batch), Self::u(n), Self::u(c_in), Self::u(kernel), Self::u(pad), Self::u(n_out), has_bias];
-            return self.elementwise("conv1d_depthwise", total, &args);
+            return self.k().conv1d_depthwise(each(total), px, pw, pb, py, u(batch), u(n), u(c_in), u(kernel), u(pad), u(n_out), has_bias);
         }
         // The tiled kernel stages kernel + 31 input rows per block (see kernels/conv.cu).
         const TILE: usize = 32;
@@ -762,66 +730,66 @@ impl Backend for CudaBackend {
                 block_dim: (32, 8, 1),
                 shared_mem_bytes: 0,
             };
-            let args = [
+            return self.k().conv1d_grouped(
+                cfg,
                 px,
                 pw,
                 pb,
                 py,
-                Self::u(n),
-                Self::u(c_in),
-                Self::u(c_out),
-                Self::u(kernel),
-                Self::u(pad),
-                Self::u(groups),
-                Self::u(n_out),
-                Self::u(tiles_per_group),
+                u(n),
+                u(c_in),
+                u(c_out),
+                u(kernel),
+                u(pad),
+                u(groups),
+                u(n_out),
+                u(tiles_per_group),
                 has_bias,
-            ];
-            return self.launch("conv1d_grouped", cfg, &args);
+            );
         }
-        let args = [
+        self.k().conv1d_direct(
+            each(total),
             px,
             pw,
             pb,
             py,
-            Self::u(batch),
-            Self::u(n),
-            Self::u(c_in),
-            Self::u(c_out),
-            Self::u(kernel),
-            Self::u(pad),
-            Self::u(groups),
-            Self::u(n_out),
+            u(batch),
+            u(n),
+            u(c_in),
+            u(c_out),
+            u(kernel),
+            u(pad),
+            u(groups),
+            u(n_out),
             has_bias,
-        ];
-        self.elementwise("conv1d_direct", total, &args)
+        )
     }
 
     fn activation(&self, act: Activation, x: &mut CudaBuf, len: usize) -> Result<()> {
         check::elementwise("activation", len, x.len)?;
-        let name = match act {
-            Activation::GeluErf => "gelu_erf",
-            Activation::GeluTanh => "gelu_tanh",
-            Activation::Silu => "silu",
-            Activation::Mish => "mish",
-            other => return seq_ops::activation(self, other, x, len),
-        };
-        self.elementwise(name, len, &[self.at(x, 0), Self::u(len)])
+        let (k, px) = (self.k(), self.at(x, 0));
+        match act {
+            Activation::GeluErf => k.gelu_erf(each(len), px, u(len)),
+            Activation::GeluTanh => k.gelu_tanh(each(len), px, u(len)),
+            Activation::Silu => k.silu(each(len), px, u(len)),
+            Activation::Mish => k.mish(each(len), px, u(len)),
+            other => seq_ops::activation(self, other, x, len),
+        }
     }
 
     fn cfg_combine(&self, pred: &CudaBuf, half: usize, strength: f32, out: &mut CudaBuf) -> Result<()> {
         check::cfg_combine(half, pred.len, out.len)?;
-        self.elementwise("cfg_combine", half, &[self.at(pred, 0), self.at(out, 0), Self::u(half), Arg::F32(strength)])
+        self.k().cfg_combine(each(half), self.at(pred, 0), self.at(out, 0), u(half), strength)
     }
 
     fn axpy(&self, a: f32, x: &CudaBuf, y: &mut CudaBuf, len: usize) -> Result<()> {
         check::axpy(len, x.len, y.len)?;
-        self.elementwise("axpy", len, &[Arg::F32(a), self.at(x, 0), self.at(y, 0), Self::u(len)])
+        self.k().axpy(each(len), a, self.at(x, 0), self.at(y, 0), u(len))
     }
 
     fn mask_rows(&self, x: &mut CudaBuf, rows: usize, d: usize, keep: &CudaBuf) -> Result<()> {
         let total = check::mask_rows(rows, d, x.len, keep.len)?;
-        self.elementwise("mask_rows", total, &[self.at(x, 0), self.at(keep, 0), Self::u(total), Self::u(d)])
+        self.k().mask_rows(each(total), self.at(x, 0), self.at(keep, 0), u(total), u(d))
     }
 
     fn concat_features(&self, parts: &[(&CudaBuf, usize)], rows: usize, out: &mut CudaBuf) -> Result<()> {
@@ -829,8 +797,7 @@ impl Backend for CudaBackend {
         let width = check::concat_features(&lens, rows, out.len)?;
         let mut at = 0;
         for (p, w) in parts {
-            let args = [self.at(p, 0), Self::u(*w), self.at(out, at), Self::u(width), Self::u(rows), Self::u(*w)];
-            self.elementwise("copy_rows", rows * w, &args)?;
+            self.k().copy_rows(each(rows * w), self.at(p, 0), u(*w), self.at(out, at), u(width), u(rows), u(*w))?;
             at += w;
         }
         Ok(())
@@ -845,14 +812,19 @@ impl Backend for CudaBackend {
         let _op = self.gate.enter()?;
         let mut dev_ids = self.device_alloc::<u32>(ids.len(), "embedding ids")?;
         self.stream.memcpy_htod(ids, &mut dev_ids).map_err(dev_err("embedding ids upload"))?;
-        let args = [self.at(table, 0), Arg::U64(self.addr(&dev_ids, 0, 4)), self.at(out, 0), Self::u(ids.len()), Self::u(dim)];
-        self.elementwise("embedding", ids.len() * dim, &args)
+        self.k().embedding(
+            each(ids.len() * dim),
+            self.at(table, 0),
+            DevPtr(self.addr(&dev_ids, 0, 4)),
+            self.at(out, 0),
+            u(ids.len()),
+            u(dim),
+        )
     }
 
     fn polar_spectrum(&self, h: &CudaBuf, frames: usize, bins: usize, mag_max: f32, re: &mut CudaBuf, im: &mut CudaBuf) -> Result<()> {
         let half = check::polar_spectrum(frames, bins, h.len, re.len, im.len)?;
-        let args = [self.at(h, 0), self.at(re, 0), self.at(im, 0), Self::u(frames), Self::u(bins), Arg::F32(mag_max)];
-        self.elementwise("polar_spectrum", half, &args)
+        self.k().polar_spectrum(each(half), self.at(h, 0), self.at(re, 0), self.at(im, 0), u(frames), u(bins), mag_max)
     }
 
     fn conv_transpose1d(

@@ -5,7 +5,8 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::{grid_1d, Arg, CudaBackend, CudaBuf, MAX_BLOCKS};
+use super::kernels::DevPtr;
+use super::{each, u, CudaBackend, CudaBuf, MAX_BLOCKS};
 use crate::spec::{product, Conv1dSpec, ConvTranspose1dSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec, StftSpec};
 use crate::{shape_err, Activation, PadMode, Result};
 
@@ -14,31 +15,32 @@ const LSTM_THREADS: u32 = 512;
 /// Dynamic shared memory a block may use without opting in (h, c and the gates live there).
 const DEFAULT_SMEM_BYTES: usize = 48 << 10;
 
-fn pad_mode(mode: PadMode) -> Arg {
-    Arg::I32(match mode {
+/// `PadMode` as the kernels' `int` (see `pad_source` in kernels/seq.cu).
+fn pad_mode(mode: PadMode) -> i32 {
+    match mode {
         PadMode::Zeros => 0,
         PadMode::Reflect => 1,
         PadMode::Replicate => 2,
-    })
+    }
 }
 
 /// `(pointer, has_bias)` kernel arguments for an optional bias.
-fn optional(kit: &CudaBackend, buf: Option<&CudaBuf>) -> (Arg, Arg) {
+fn optional(kit: &CudaBackend, buf: Option<&CudaBuf>) -> (DevPtr, i32) {
     match buf {
-        Some(b) => (kit.at(b, 0), Arg::I32(1)),
-        None => (Arg::U64(0), Arg::I32(0)),
+        Some(b) => (kit.at(b, 0), 1),
+        None => (DevPtr::NULL, 0),
     }
 }
 
 pub(super) fn activation(kit: &CudaBackend, act: Activation, x: &mut CudaBuf, len: usize) -> Result<()> {
-    let (px, n) = (kit.at(x, 0), CudaBackend::u(len));
+    let (px, n) = (kit.at(x, 0), u(len));
     match act {
-        Activation::LeakyRelu(slope) => kit.elementwise("leaky_relu", len, &[px, n, Arg::F32(slope)]),
-        Activation::Sigmoid => kit.elementwise("sigmoid_act", len, &[px, n]),
-        Activation::Tanh => kit.elementwise("tanh_act", len, &[px, n]),
-        Activation::Sin => kit.elementwise("sin_act", len, &[px, n]),
-        Activation::Exp => kit.elementwise("exp_act", len, &[px, n]),
-        Activation::Scale(a) => kit.elementwise("scale_act", len, &[px, n, Arg::F32(a)]),
+        Activation::LeakyRelu(slope) => kit.k().leaky_relu(each(len), px, n, slope),
+        Activation::Sigmoid => kit.k().sigmoid_act(each(len), px, n),
+        Activation::Tanh => kit.k().tanh_act(each(len), px, n),
+        Activation::Sin => kit.k().sin_act(each(len), px, n),
+        Activation::Exp => kit.k().exp_act(each(len), px, n),
+        Activation::Scale(a) => kit.k().scale_act(each(len), px, n, a),
         // The four fixed activations have their own kernels in elementwise.cu (mod.rs).
         Activation::GeluErf | Activation::GeluTanh | Activation::Silu | Activation::Mish => {
             Err(crate::KitError::Device(format!("activation {act:?} must go through elementwise.cu")))
@@ -60,25 +62,25 @@ pub(super) fn conv1d_general(
     let n_out = spec.n_out();
     let total = product("conv1d", &[batch, n_out, c_out])?;
     let (pb, has_bias) = optional(kit, bias);
-    let args = [
+    kit.k().conv1d_general(
+        each(total),
         kit.at(x, 0),
         kit.at(w, 0),
         pb,
         kit.at(y, 0),
-        CudaBackend::u(batch),
-        CudaBackend::u(n),
-        CudaBackend::u(c_in),
-        CudaBackend::u(c_out),
-        CudaBackend::u(kernel),
-        CudaBackend::u(pad),
-        CudaBackend::u(groups),
-        CudaBackend::u(n_out),
-        CudaBackend::u(stride),
-        CudaBackend::u(dilation),
+        u(batch),
+        u(n),
+        u(c_in),
+        u(c_out),
+        u(kernel),
+        u(pad),
+        u(groups),
+        u(n_out),
+        u(stride),
+        u(dilation),
         pad_mode(mode),
         has_bias,
-    ];
-    kit.elementwise("conv1d_general", total, &args)
+    )
 }
 
 /// Dense, grouped and depthwise transposed convolutions: one gather per output value.
@@ -97,23 +99,23 @@ pub(super) fn conv_transpose1d(
     }
     let total = product("conv_transpose1d", &[batch, n_out, c_out])?;
     let (pb, has_bias) = optional(kit, bias);
-    let args = [
+    kit.k().conv_transpose1d(
+        each(total),
         kit.at(x, 0),
         kit.at(w, 0),
         pb,
         kit.at(y, 0),
-        CudaBackend::u(batch),
-        CudaBackend::u(n),
-        CudaBackend::u(c_in),
-        CudaBackend::u(c_out),
-        CudaBackend::u(kernel),
-        CudaBackend::u(stride),
-        CudaBackend::u(pad),
-        CudaBackend::u(groups),
-        CudaBackend::u(n_out),
+        u(batch),
+        u(n),
+        u(c_in),
+        u(c_out),
+        u(kernel),
+        u(stride),
+        u(pad),
+        u(groups),
+        u(n_out),
         has_bias,
-    ];
-    kit.elementwise("conv_transpose1d", total, &args)
+    )
 }
 
 /// The LSTM recurrence: one block per item looping over its own steps.
@@ -148,27 +150,27 @@ pub(super) fn lstm(
     let mut dev_lengths = kit.device_alloc::<u64>(host.len(), "LSTM lengths")?;
     kit.stream.memcpy_htod(&host, &mut dev_lengths).map_err(super::dev_err("LSTM lengths upload"))?;
     let (h0, c0, has_state) = match state0 {
-        Some((h, c)) => (kit.at(h, 0), kit.at(c, 0), Arg::I32(1)),
-        None => (Arg::U64(0), Arg::U64(0), Arg::I32(0)),
+        Some((h, c)) => (kit.at(h, 0), kit.at(c, 0), 1),
+        None => (DevPtr::NULL, DevPtr::NULL, 0),
     };
     let cfg =
         LaunchConfig { grid_dim: (batch.min(MAX_BLOCKS) as u32, 1, 1), block_dim: (LSTM_THREADS, 1, 1), shared_mem_bytes: smem as u32 };
-    let args = [
+    kit.k().lstm_seq(
+        cfg,
         kit.at(gates_x, 0),
         kit.at(w_hh, 0),
         h0,
         c0,
-        Arg::U64(kit.addr(&dev_lengths, 0, 8)),
+        DevPtr(kit.addr(&dev_lengths, 0, 8)),
         kit.at(out, 0),
-        CudaBackend::u(batch),
-        CudaBackend::u(n),
-        CudaBackend::u(hidden),
-        Arg::I32(i32::from(reverse)),
-        CudaBackend::u(rows.offset),
-        CudaBackend::u(rows.row_stride),
+        u(batch),
+        u(n),
+        u(hidden),
+        i32::from(reverse),
+        u(rows.offset),
+        u(rows.row_stride),
         has_state,
-    ];
-    kit.launch("lstm_seq", cfg, &args)
+    )
     // `dev_lengths` is freed stream-ordered, after the kernel has read it.
 }
 
@@ -186,8 +188,8 @@ pub(super) fn instance_norm(
         return Ok(());
     }
     let (pw, pbias, has_affine) = match affine {
-        Some((w, b)) => (kit.at(w, 0), kit.at(b, 0), Arg::I32(1)),
-        None => (Arg::U64(0), Arg::U64(0), Arg::I32(0)),
+        Some((w, b)) => (kit.at(w, 0), kit.at(b, 0), 1),
+        None => (DevPtr::NULL, DevPtr::NULL, 0),
     };
     let (ps, has_style) = optional(kit, style);
     let cfg = LaunchConfig {
@@ -195,24 +197,11 @@ pub(super) fn instance_norm(
         block_dim: (32, 8, 1),
         shared_mem_bytes: 0,
     };
-    let args = [
-        kit.at(x, 0),
-        kit.at(out, 0),
-        CudaBackend::u(batch),
-        CudaBackend::u(n),
-        CudaBackend::u(c),
-        Arg::F32(eps),
-        pw,
-        pbias,
-        ps,
-        has_affine,
-        has_style,
-    ];
-    kit.launch("instance_norm", cfg, &args)
+    kit.k().instance_norm(cfg, kit.at(x, 0), kit.at(out, 0), u(batch), u(n), u(c), eps, pw, pbias, ps, has_affine, has_style)
 }
 
 pub(super) fn snake(kit: &CudaBackend, x: &mut CudaBuf, total: usize, c: usize, alpha: &CudaBuf) -> Result<()> {
-    kit.elementwise("snake", total, &[kit.at(x, 0), kit.at(alpha, 0), CudaBackend::u(total), CudaBackend::u(c)])
+    kit.k().snake(each(total), kit.at(x, 0), kit.at(alpha, 0), u(total), u(c))
 }
 
 pub(super) fn upsample_nearest(
@@ -224,40 +213,20 @@ pub(super) fn upsample_nearest(
     factor: usize,
     out: &mut CudaBuf,
 ) -> Result<()> {
-    let args = [kit.at(x, 0), kit.at(out, 0), CudaBackend::u(total), CudaBackend::u(n), CudaBackend::u(c), CudaBackend::u(factor)];
-    kit.elementwise("upsample_nearest", total, &args)
+    kit.k().upsample_nearest(each(total), kit.at(x, 0), kit.at(out, 0), u(total), u(n), u(c), u(factor))
 }
 
 pub(super) fn interpolate_linear(kit: &CudaBackend, spec: &InterpolateSpec, x: &CudaBuf, out: &mut CudaBuf) -> Result<()> {
     let InterpolateSpec { batch, n_in, n_out, c, ratio } = *spec;
     let total = product("interpolate_linear", &[batch, n_out, c])?;
-    let args = [
-        kit.at(x, 0),
-        kit.at(out, 0),
-        CudaBackend::u(batch),
-        CudaBackend::u(n_in),
-        CudaBackend::u(n_out),
-        CudaBackend::u(c),
-        Arg::F32(ratio),
-    ];
-    kit.elementwise("interpolate_linear", total, &args)
+    kit.k().interpolate_linear(each(total), kit.at(x, 0), kit.at(out, 0), u(batch), u(n_in), u(n_out), u(c), ratio)
 }
 
 pub(super) fn pad1d(kit: &CudaBackend, spec: &Pad1dSpec, x: &CudaBuf, out: &mut CudaBuf) -> Result<()> {
     let Pad1dSpec { batch, n, c, left, mode, .. } = *spec;
     let n_out = spec.n_out();
     let total = product("pad1d", &[batch, n_out, c])?;
-    let args = [
-        kit.at(x, 0),
-        kit.at(out, 0),
-        CudaBackend::u(batch),
-        CudaBackend::u(n),
-        CudaBackend::u(c),
-        CudaBackend::u(left),
-        CudaBackend::u(n_out),
-        pad_mode(mode),
-    ];
-    kit.elementwise("pad1d", total, &args)
+    kit.k().pad1d(each(total), kit.at(x, 0), kit.at(out, 0), u(batch), u(n), u(c), u(left), u(n_out), pad_mode(mode))
 }
 
 /// One thread per (item, channel) column, accumulating in f64.
@@ -266,41 +235,19 @@ pub(super) fn cumsum(kit: &CudaBackend, x: &CudaBuf, batch: usize, n: usize, c: 
         return Ok(());
     }
     let columns = product("cumsum", &[batch, c])?;
-    let args = [kit.at(x, 0), kit.at(out, 0), CudaBackend::u(batch), CudaBackend::u(n), CudaBackend::u(c)];
-    if columns == 0 {
-        return Ok(());
-    }
-    kit.launch("cumsum_f64", grid_1d(columns), &args)
+    kit.k().cumsum_f64(each(columns), kit.at(x, 0), kit.at(out, 0), u(batch), u(n), u(c))
 }
 
 pub(super) fn stft(kit: &CudaBackend, spec: &StftSpec, signal: &CudaBuf, mag: &mut CudaBuf, phase: &mut CudaBuf) -> Result<()> {
     let StftSpec { batch, frames, n_fft, hop } = *spec;
     let total = product("stft", &[batch, frames, spec.bins()])?;
-    let args = [
-        kit.at(signal, 0),
-        kit.at(mag, 0),
-        kit.at(phase, 0),
-        CudaBackend::u(batch),
-        CudaBackend::u(frames),
-        CudaBackend::u(n_fft),
-        CudaBackend::u(hop),
-    ];
-    kit.elementwise("stft_direct", total, &args)
+    kit.k().stft_direct(each(total), kit.at(signal, 0), kit.at(mag, 0), kit.at(phase, 0), u(batch), u(frames), u(n_fft), u(hop))
 }
 
 pub(super) fn istft(kit: &CudaBackend, spec: &StftSpec, mag: &CudaBuf, phase: &CudaBuf, signal: &mut CudaBuf) -> Result<()> {
     let StftSpec { batch, frames, n_fft, hop } = *spec;
     let total = product("istft", &[batch, spec.samples()])?;
-    let args = [
-        kit.at(mag, 0),
-        kit.at(phase, 0),
-        kit.at(signal, 0),
-        CudaBackend::u(batch),
-        CudaBackend::u(frames),
-        CudaBackend::u(n_fft),
-        CudaBackend::u(hop),
-    ];
-    kit.elementwise("istft_direct", total, &args)
+    kit.k().istft_direct(each(total), kit.at(mag, 0), kit.at(phase, 0), kit.at(signal, 0), u(batch), u(frames), u(n_fft), u(hop))
 }
 
 // lstm_seq splits its block into whole warps.
