@@ -22,9 +22,10 @@ __device__ void attention_rows(const float* __restrict__ q, const float* __restr
                                float* __restrict__ out, u64 batch_heads, u64 n, u64 d, float scale) {
     __shared__ float ks[ATT_TILE][D];
     __shared__ float vs[ATT_TILE][D];
-    // grid.y covers at most 65,535 slices: larger batch·heads loop (block-uniform, so the
-    // barriers below stay collective; each tile starts with one, protecting ks/vs reuse).
-    for (u64 slice = blockIdx.y; slice < batch_heads; slice += gridDim.y) {
+    // The [n, d] slice: grid y holds at most 65,535, so larger batch·heads spill into grid z.
+    // The whole block leaves together (before any barrier) where y·z overshoots.
+    const u64 slice = (u64)blockIdx.z * gridDim.y + blockIdx.y;
+    if (slice >= batch_heads) return;
     const u64 base = slice * n * d;
     const u64 row = (u64)blockIdx.x * ATT_THREADS + threadIdx.x;
     const bool active = row < n;
@@ -84,10 +85,9 @@ __device__ void attention_rows(const float* __restrict__ q, const float* __restr
             if (EXACT || (u64)t < d) out[base + row * d + t] = acc[t] * inv;
         }
     }
-    }
 }
 
-// head_dim 64 (F5): grid (ceil(n / 128), min(batch·heads, 65,535)), block 128.
+// head_dim 64 (F5): grid (ceil(n / 128), min(batch·heads, 65,535), overflow of y), block 128.
 extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_d64(const float* q, const float* k,
                                                                          const float* v, float* out,
                                                                          u64 batch_heads, u64 n, float scale) {

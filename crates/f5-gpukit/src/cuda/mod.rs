@@ -586,12 +586,13 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         const ROWS_PER_BLOCK: usize = 128;
+        // Slices fill grid y (at most 65,535) and overflow into grid z.
+        let grid_y = batch_heads.min(65_535);
         let cfg = LaunchConfig {
             grid_dim: (
                 grid_dim("attention", "query blocks", n.div_ceil(ROWS_PER_BLOCK), i32::MAX as usize)?,
-                // Slices beyond the grid's y limit are looped over inside the kernel.
-                batch_heads.min(65_535) as u32,
-                1,
+                grid_y as u32,
+                grid_dim("attention", "batch·heads / 65,535", batch_heads.div_ceil(grid_y), 65_535)?,
             ),
             block_dim: (ROWS_PER_BLOCK as u32, 1, 1),
             shared_mem_bytes: 0,
