@@ -75,22 +75,22 @@ extern "C" __global__ void grn_col_norm(const float* x, float* g, unsigned long 
     __shared__ float part[8][33];
     const unsigned long long c = (unsigned long long)blockIdx.x * 32 + threadIdx.x;
     for (unsigned long long b = blockIdx.y; b < batch; b += gridDim.y) {
-    float s = 0.0f;
-    if (c < d) {
-        const float* xb = x + b * n * d;
-        for (unsigned long long t = threadIdx.y; t < n; t += 8) {
-            const float v = xb[t * d + c];
-            s += v * v;
+        float s = 0.0f;
+        if (c < d) {
+            const float* xb = x + b * n * d;
+            for (unsigned long long t = threadIdx.y; t < n; t += 8) {
+                const float v = xb[t * d + c];
+                s += v * v;
+            }
         }
-    }
-    part[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < d) {
-        float tot = 0.0f;
-        for (int i = 0; i < 8; ++i) tot += part[i][threadIdx.x];
-        g[b * d + c] = sqrtf(tot);
-    }
-    __syncthreads();  // part is read before the next item overwrites it
+        part[threadIdx.y][threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.y == 0 && c < d) {
+            float tot = 0.0f;
+            for (int i = 0; i < 8; ++i) tot += part[i][threadIdx.x];
+            g[b * d + c] = sqrtf(tot);
+        }
+        __syncthreads();  // part is read before the next item overwrites it
     }
 }
 

@@ -302,6 +302,7 @@ impl CudaBackend {
     }
 
     fn device_alloc<T: cudarc::driver::DeviceRepr>(&self, len: usize, what: &str) -> Result<CudaSlice<T>> {
+        self.refuse_in_capture("an allocation", "allocates device memory (run the work once eagerly before capturing)")?;
         let _op = self.gate.enter()?;
         // SAFETY: every caller writes the buffer before any kernel reads it.
         unsafe { self.stream.alloc::<T>(len.max(1)) }.map_err(dev_err(format!("cannot allocate {len} values for {what}")))
@@ -430,19 +431,20 @@ impl Backend for CudaBackend {
     }
 
     fn alloc(&self, len: usize) -> Result<CudaBuf> {
+        self.refuse_in_capture("alloc", "allocates device memory (allocate before capturing)")?;
         let _op = self.gate.enter()?;
         let data = self.stream.alloc_zeros::<f32>(len.max(1)).map_err(|_| KitError::OutOfMemory(len))?;
         Ok(CudaBuf { data, len, bf16: None })
     }
 
     fn upload(&self, data: &[f32]) -> Result<CudaBuf> {
+        self.refuse_in_capture("upload", "allocates and copies from host memory")?;
         let mut buf = CudaBuf {
             data: self.device_alloc::<f32>(data.len(), "an upload").map_err(|_| KitError::OutOfMemory(data.len()))?,
             len: data.len(),
             bf16: None,
         };
         if !data.is_empty() {
-            self.refuse_in_capture("upload", "copies from host memory")?;
             let _op = self.gate.enter()?;
             self.stream.memcpy_htod(data, &mut buf.data).map_err(dev_err("upload"))?;
         }
