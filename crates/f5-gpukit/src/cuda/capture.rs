@@ -69,9 +69,7 @@ impl CaptureGuard<'_> {
 
 impl Drop for CaptureGuard<'_> {
     fn drop(&mut self) {
-        if let Ok(mut owner) = self.gate.owner.lock() {
-            *owner = None;
-        }
+        *self.gate.owner.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 
@@ -93,10 +91,6 @@ impl Drop for GraphPin {
     }
 }
 
-fn poisoned() -> KitError {
-    KitError::Device("the graph-capture lock is poisoned (a thread panicked while capturing)".into())
-}
-
 impl CaptureGate {
     fn key(&self) -> usize {
         self as *const Self as usize
@@ -104,7 +98,7 @@ impl CaptureGate {
 
     /// Whether the calling thread is recording a capture on this gate.
     pub fn capturing_here(&self) -> bool {
-        self.owner.lock().map(|o| *o == Some(std::thread::current().id())).unwrap_or(false)
+        *self.owner.lock().unwrap_or_else(|e| e.into_inner()) == Some(std::thread::current().id())
     }
 
     /// Whether a graph exists or is being captured (scratch must not be freed).
@@ -118,7 +112,8 @@ impl CaptureGate {
         if self.capturing_here() || HELD.with(|h| h.borrow().contains(&key)) {
             return Ok(OpGuard { _read: None, key: None });
         }
-        let read = self.lock.read().map_err(|_| poisoned())?;
+        // The lock guards no data, only ordering: a panic elsewhere does not make it unusable.
+        let read = self.lock.read().unwrap_or_else(|e| e.into_inner());
         HELD.with(|h| h.borrow_mut().push(key));
         Ok(OpGuard { _read: Some(read), key: Some(key) })
     }
@@ -132,8 +127,8 @@ impl CaptureGate {
         if HELD.with(|h| h.borrow().contains(&self.key())) {
             return Err(KitError::Device("a graph capture cannot start inside an op of the same backend".into()));
         }
-        let write = self.lock.write().map_err(|_| poisoned())?;
-        *self.owner.lock().map_err(|_| poisoned())? = Some(std::thread::current().id());
+        let write = self.lock.write().unwrap_or_else(|e| e.into_inner());
+        *self.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current().id());
         Ok(CaptureGuard { gate: self, _write: write, pin: Some(GraphPin::new(&self.live)) })
     }
 
@@ -230,6 +225,22 @@ mod tests {
         assert!(!gate.pinned());
         assert_eq!(grow(&mut s, &gate, 1).unwrap(), 16);
         assert_eq!(s.retired(), 0, "retired buffers are freed once no graph exists");
+    }
+
+    /// A panic inside a capture leaves the gate usable (it guards ordering, not data).
+    #[test]
+    fn a_panicking_capture_does_not_lock_the_backend_out() {
+        let gate = Arc::new(CaptureGate::default());
+        let g = gate.clone();
+        let panicked = std::thread::spawn(move || {
+            let _capture = g.begin().unwrap();
+            panic!("work failed mid-capture");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(!gate.pinned());
+        drop(gate.enter().unwrap());
+        drop(gate.begin().unwrap());
     }
 
     /// A failed capture (guard dropped without a graph) unpins and frees the owner.
