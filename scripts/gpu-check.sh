@@ -55,15 +55,21 @@ export KIT_REQUIRE_GPU=1 RUST_BACKTRACE=1
 
 # 1. Every op against the f64 reference table, on the build-time PTX (CPU suites run too).
 step parity 75 .gpu/test-ops --test-threads=4
-# 2. bf16 weight GEMM, graph replay, open errors (the NVRTC compile test is step 3's job).
+# 2. bf16 weight GEMM, graph replay, open errors (the NVRTC compile test is step 3's job), and
+#    graph-capture safety: a graph captured with a small bf16 GEMM, then a larger eager bf16 GEMM
+#    that grows the scratch, then the replay (must equal the eager result); captures that must be
+#    refused (scratch growth, LSTM lengths, embedding ids); GRN replayed from a graph.
 step unit 40 .gpu/test-unit --test-threads=4 --skip nvrtc_compiles_every_module
 # 3. The CUDA suite again with kernels compiled by NVRTC at start-up (the no-nvcc build path).
 step nvrtc 60 env KIT_FORCE_NVRTC=1 .gpu/test-ops cuda:: --test-threads=4
 # 4. Out-of-bounds and race checks on the CUDA suite where the sanitizer works.
 if command -v compute-sanitizer >/dev/null 2>&1; then
   info_step memcheck 45 compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/test-ops cuda:: --test-threads=1
+  # A replay reading scratch that an eager GEMM freed would be a use-after-free here.
+  info_step memcheck-graph 30 compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/test-unit graph_keeps_its_bf16_scratch --test-threads=1
 fi
-# 5. Tiny F5 model CPU vs CUDA, DiT-shaped parity, full-size timing (eager and graph).
+# 5. Tiny F5 model CPU vs CUDA; the real F5Model from a random checkpoint: small CPU vs CUDA
+#    parity, then full-size (v1 Base) timing, eager and graph.
 step bench 140 .gpu/gpu_bench --json "$OUT/bench.json"
 # 6. The whole pipeline through the f5 binary: synth on CPU vs CUDA (f32, bf16), then the daemon
 #    with --device cuda answering POST /tts (writes $OUT/e2e/e2e.json).

@@ -3,7 +3,7 @@
 # GPU machine (which has no Rust toolchain), into .gpu/ (git-ignored, carried to the device):
 #   .gpu/test-ops        the op-case table (tests/ops.rs), CPU and CUDA instantiations
 #   .gpu/test-unit       the crate's unit tests (bf16 GEMM, graph replay, PTX checks)
-#   .gpu/gpu_bench       tiny F5 model parity, DiT-shaped parity and full-size timing (JSON)
+#   .gpu/gpu_bench       tiny F5 model parity, F5Model (random checkpoint) parity and full-size timing (JSON)
 #   .gpu/f5              the f5 binary with CUDA, for the end-to-end check (scripts/gpu-e2e.py)
 # Kernels are compiled to PTX with the pinned nvcc; a missing nvcc is an error here.
 set -euo pipefail

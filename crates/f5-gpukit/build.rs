@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// `kernels/<name>.cu` → `$OUT_DIR/<name>.ptx`. Keep in step with `src/cuda/modules.rs`.
-const MODULES: &[&str] = &["norm", "elementwise", "layout", "conv", "attention"];
+const MODULES: &[&str] = &["norm", "elementwise", "layout", "conv", "attention", "seq"];
 
 fn find_nvcc() -> Option<PathBuf> {
     if let Some(p) = env::var_os("NVCC").filter(|p| !p.is_empty()) {

@@ -1,7 +1,9 @@
 //! The GPU check's measurements, as one JSON document: the tiny F5 model's sampling on CUDA
-//! against the CPU backend, a DiT-shaped forward (the F5 v1 Base op sequence) on both backends at
-//! a small size, and the timing of that forward at full size (dim 1024, 16 heads × 64, ff 2048,
-//! 22 layers, conv position embedding k=31 in 16 groups, CFG batch 2) with random weights, in
+//! against the CPU backend, one forward of the real `f5_dit::F5Model` built from a random
+//! checkpoint of a small architecture on both backends, and the timing of `F5Model::forward` at
+//! full size (F5-TTS v1 Base: dim 1024, 16 heads × 64, ff 2048, 22 layers, text 512 with 4
+//! ConvNeXt blocks, conv position embedding k=31 in 16 groups, CFG batch 2) from a random
+//! safetensors checkpoint built in memory and loaded by the same loader as a released one, in
 //! f32 and with bf16 weights, eager and replayed from a CUDA graph.
 //!
 //! ```sh
@@ -10,15 +12,15 @@
 //!
 //! Options: `--tiny PATH` (tiny F5 checkpoint; default the fixture), `--frames 1000,2000`,
 //! `--iters 10`, `--warmup 2`, `--steps 32`, `--json PATH`, `--quick` (small sizes, for a smoke
-//! run). Exits non-zero when a parity check fails; timings are reported, never asserted.
+//! run), `--cpu-only` (no GPU: build the random small model on the CPU backend and run one
+//! forward, to check the bench's model building before spending device time). Exits non-zero
+//! when a parity check fails; timings are reported, never asserted.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use f5_gpukit::{
-    Activation, AttentionSpec, Backend, Conv1dSpec, CpuBackend, CudaBackend, CudaOptions, GemmSpec, RopeSpec, StridedRows, WeightPrecision,
-};
-use f5_nn::Linear;
+use f5_dit::F5Model;
+use f5_gpukit::{Backend, CpuBackend, CudaBackend, CudaOptions, WeightPrecision};
 use serde_json::{json, Value};
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -36,6 +38,7 @@ struct Args {
     steps: usize,
     json: Option<PathBuf>,
     quick: bool,
+    cpu_only: bool,
 }
 
 fn parse_args() -> AnyResult<Args> {
@@ -47,6 +50,7 @@ fn parse_args() -> AnyResult<Args> {
         steps: 32,
         json: None,
         quick: false,
+        cpu_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -59,6 +63,7 @@ fn parse_args() -> AnyResult<Args> {
             "--steps" => a.steps = value()?.parse()?,
             "--json" => a.json = Some(PathBuf::from(value()?)),
             "--quick" => a.quick = true,
+            "--cpu-only" => a.cpu_only = true,
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -98,197 +103,151 @@ fn compare(got: &[f32], want: &[f32]) -> (f64, f64) {
     (max, num / den.max(f64::MIN_POSITIVE))
 }
 
-// ── the DiT-shaped forward ───────────────────────────────────────────────────────────────────
+// ── the real model from a random checkpoint ──────────────────────────────────────────────────
 
+/// The architecture of a random F5 checkpoint: everything `F5Config::infer` reads from shapes.
 #[derive(Clone, Copy)]
-struct Shape {
+struct Arch {
     dim: usize,
-    heads: usize,
-    ff: usize,
     depth: usize,
-    mel: usize,
-    conv_k: usize,
-    conv_groups: usize,
+    ff: usize,
+    text_dim: usize,
+    conv_layers: usize,
 }
 
-const F5_V1_BASE: Shape = Shape { dim: 1024, heads: 16, ff: 2048, depth: 22, mel: 100, conv_k: 31, conv_groups: 16 };
-const SMALL: Shape = Shape { dim: 256, heads: 4, ff: 512, depth: 2, mel: 100, conv_k: 31, conv_groups: 16 };
+/// F5-TTS v1 Base: dim 1024, 22 layers, 16 heads × 64, ff 2048, text 512 with 4 ConvNeXt blocks.
+const F5_V1_BASE: Arch = Arch { dim: 1024, depth: 22, ff: 2048, text_dim: 512, conv_layers: 4 };
+const SMALL: Arch = Arch { dim: 256, depth: 2, ff: 512, text_dim: 128, conv_layers: 1 };
 const HEAD_DIM: usize = 64;
+const MEL: usize = 100;
+const TEXT_ROWS: usize = 2546;
+const CONV_POS_KERNEL: usize = 31;
+const CONV_POS_GROUPS: usize = 16;
+const PREFIX: &str = "ema_model.transformer.";
 
-struct Layer<B: Backend> {
-    qkv: Linear<B>,
-    out: Linear<B>,
-    ff1: Linear<B>,
-    ff2: Linear<B>,
-    modulation: B::Buf,
+/// Every tensor of an F5 v1 checkpoint of this architecture, `(name, shape)`, in the layout the
+/// released checkpoints use (so the model is built by the same loader as a real one).
+fn tensor_list(a: Arch) -> Vec<(String, Vec<usize>)> {
+    let (d, td) = (a.dim, a.text_dim);
+    let mut t: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut add = |name: String, shape: &[usize]| t.push((format!("{PREFIX}{name}"), shape.to_vec()));
+    fn linear(add: &mut dyn FnMut(String, &[usize]), name: &str, out: usize, inp: usize) {
+        add(format!("{name}.weight"), &[out, inp]);
+        add(format!("{name}.bias"), &[out]);
+    }
+    linear(&mut add, "time_embed.time_mlp.0", d, 256);
+    linear(&mut add, "time_embed.time_mlp.2", d, d);
+    add("text_embed.text_embed.weight".into(), &[TEXT_ROWS, td]);
+    for i in 0..a.conv_layers {
+        let p = format!("text_embed.text_blocks.{i}");
+        add(format!("{p}.dwconv.weight"), &[td, 1, 7]);
+        add(format!("{p}.dwconv.bias"), &[td]);
+        add(format!("{p}.norm.weight"), &[td]);
+        add(format!("{p}.norm.bias"), &[td]);
+        linear(&mut add, &format!("{p}.pwconv1"), 2 * td, td);
+        add(format!("{p}.grn.gamma"), &[1, 1, 2 * td]);
+        add(format!("{p}.grn.beta"), &[1, 1, 2 * td]);
+        linear(&mut add, &format!("{p}.pwconv2"), td, 2 * td);
+    }
+    linear(&mut add, "input_embed.proj", d, 2 * MEL + td);
+    for c in [0, 2] {
+        add(format!("input_embed.conv_pos_embed.conv1d.{c}.weight"), &[d, d / CONV_POS_GROUPS, CONV_POS_KERNEL]);
+        add(format!("input_embed.conv_pos_embed.conv1d.{c}.bias"), &[d]);
+    }
+    add("rotary_embed.inv_freq".into(), &[HEAD_DIM / 2]);
+    for i in 0..a.depth {
+        let p = format!("transformer_blocks.{i}");
+        linear(&mut add, &format!("{p}.attn_norm.linear"), 6 * d, d);
+        for which in ["to_q", "to_k", "to_v"] {
+            linear(&mut add, &format!("{p}.attn.{which}"), d, d);
+        }
+        linear(&mut add, &format!("{p}.attn.to_out.0"), d, d);
+        linear(&mut add, &format!("{p}.ff.ff.0.0"), a.ff, d);
+        linear(&mut add, &format!("{p}.ff.ff.2"), d, a.ff);
+    }
+    linear(&mut add, "norm_out.linear", 2 * d, d);
+    linear(&mut add, "proj_out", MEL, d);
+    t
 }
 
-/// Random weights in F5's layout, and scratch for `rows × n` frames.
-struct Dit<B: Backend> {
-    s: Shape,
-    rows: usize,
-    n: usize,
-    input: Linear<B>,
-    conv: [(B::Buf, B::Buf); 2],
-    layers: Vec<Layer<B>>,
-    out_mod: B::Buf,
-    proj_out: Linear<B>,
-    // state
-    x: B::Buf,
-    base: B::Buf,
-    cos: B::Buf,
-    sin: B::Buf,
-    h: B::Buf,
-    hn: B::Buf,
-    xproj: B::Buf,
-    conv_buf: B::Buf,
-    qkv: B::Buf,
-    q: B::Buf,
-    k: B::Buf,
-    v: B::Buf,
-    att: B::Buf,
-    merged: B::Buf,
-    ffb: B::Buf,
-    pred: B::Buf,
-    guided: B::Buf,
-}
-
-fn linear<B: Backend>(kit: &B, rng: &mut Rng, out: usize, inp: usize) -> AnyResult<Linear<B>> {
-    let scale = 1.0 / (inp as f32).sqrt();
-    Ok(Linear { weight: kit.upload_weight(&rng.vec(out * inp, scale))?, bias: Some(kit.upload(&rng.vec(out, 0.1))?), out, inp })
-}
-
-impl<B: Backend> Dit<B> {
-    fn new(kit: &B, s: Shape, rows: usize, n: usize, seed: u64) -> AnyResult<Self> {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let d = s.dim;
-        let bn = rows * n;
-        let input = linear(kit, &mut rng, d, s.mel)?;
-        let conv_w = |rng: &mut Rng| -> AnyResult<(B::Buf, B::Buf)> {
-            let fan_in = d / s.conv_groups * s.conv_k;
-            Ok((kit.upload_weight(&rng.vec(d * fan_in, 1.0 / (fan_in as f32).sqrt()))?, kit.upload(&rng.vec(d, 0.1))?))
+/// A safetensors file (in memory) with random weights: uniform in ±1/√fan_in for matrices (so
+/// activations stay O(1) through 22 layers), ±0.1 for vectors, the real rotary frequencies.
+fn random_checkpoint(a: Arch, seed: u64) -> AnyResult<f5_torchpt::Checkpoint> {
+    let tensors = tensor_list(a);
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut header = serde_json::Map::new();
+    let mut offset = 0usize;
+    for (name, shape) in &tensors {
+        let bytes = 4 * shape.iter().product::<usize>();
+        header.insert(name.clone(), json!({ "dtype": "F32", "shape": shape, "data_offsets": [offset, offset + bytes] }));
+        offset += bytes;
+    }
+    let header = serde_json::to_vec(&Value::Object(header))?;
+    let mut file = Vec::with_capacity(8 + header.len() + offset);
+    file.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    file.extend_from_slice(&header);
+    for (name, shape) in &tensors {
+        let count: usize = shape.iter().product();
+        let values = if name.ends_with("inv_freq") {
+            (0..count).map(|j| (1.0 / 10000f64.powf((2 * j) as f64 / HEAD_DIM as f64)) as f32).collect()
+        } else if shape.len() >= 2 && shape[0] > 1 {
+            let fan_in: usize = shape[1..].iter().product();
+            rng.vec(count, 1.0 / (fan_in as f32).sqrt())
+        } else {
+            rng.vec(count, 0.1)
         };
-        let conv = [conv_w(&mut rng)?, conv_w(&mut rng)?];
-        let mut layers = Vec::new();
-        for _ in 0..s.depth {
-            layers.push(Layer {
-                qkv: linear(kit, &mut rng, 3 * d, d)?,
-                out: linear(kit, &mut rng, d, d)?,
-                ff1: linear(kit, &mut rng, s.ff, d)?,
-                ff2: linear(kit, &mut rng, d, s.ff)?,
-                modulation: kit.upload(&rng.vec(6 * d, 0.3))?,
-            });
+        for v in values {
+            file.extend_from_slice(&v.to_le_bytes());
         }
-        let half = HEAD_DIM / 2;
-        let (mut cos, mut sin) = (Vec::with_capacity(n * half), Vec::with_capacity(n * half));
-        for p in 0..n {
-            for j in 0..half {
-                let a = p as f32 / 10000f32.powf(2.0 * j as f32 / HEAD_DIM as f32);
-                cos.push(a.cos());
-                sin.push(a.sin());
-            }
-        }
-        Ok(Dit {
-            s,
-            rows,
-            n,
-            input,
-            conv,
-            layers,
-            out_mod: kit.upload(&rng.vec(2 * d, 0.3))?,
-            proj_out: linear(kit, &mut rng, s.mel, d)?,
-            x: kit.upload(&rng.vec(n * s.mel, 1.0))?,
-            base: kit.upload(&rng.vec(bn * d, 1.0))?,
-            cos: kit.upload(&cos)?,
-            sin: kit.upload(&sin)?,
-            h: kit.alloc(bn * d)?,
-            hn: kit.alloc(bn * d)?,
-            xproj: kit.alloc(n * d)?,
-            conv_buf: kit.alloc(bn * d)?,
-            qkv: kit.alloc(bn * 3 * d)?,
-            q: kit.alloc(bn * d)?,
-            k: kit.alloc(bn * d)?,
-            v: kit.alloc(bn * d)?,
-            att: kit.alloc(bn * d)?,
-            merged: kit.alloc(bn * d)?,
-            ffb: kit.alloc(bn * s.ff)?,
-            pred: kit.alloc(bn * s.mel)?,
-            guided: kit.alloc(n * s.mel)?,
-        })
     }
+    Ok(f5_torchpt::Checkpoint::from_bytes(format!("random-f5-{}x{}.safetensors", a.dim, a.depth), file)?)
+}
 
-    /// One velocity evaluation with CFG, the op sequence of f5-dit's forward.
-    fn forward(&mut self, kit: &B) -> f5_gpukit::Result<()> {
-        let Shape { dim: d, heads, ff, mel, conv_k, conv_groups, .. } = self.s;
-        let (n, rows) = (self.n, self.rows);
-        let bn = rows * n;
-        let eps = 1e-6;
-        kit.gemm(&GemmSpec::linear(n, mel, d), &self.x, &self.input.weight, self.input.bias.as_ref(), &mut self.xproj)?;
-        kit.copy(&self.base, 0, &mut self.h, 0, bn * d)?;
-        for r in 0..rows {
-            kit.copy(&self.xproj, 0, &mut self.hn, r * n * d, n * d)?;
-        }
-        kit.axpy(1.0, &self.hn, &mut self.h, bn * d)?;
-        let spec = Conv1dSpec::new(rows, n, d, d, conv_k).pad(conv_k / 2).groups(conv_groups);
-        kit.conv1d(&spec, &self.h, &self.conv[0].0, Some(&self.conv[0].1), &mut self.conv_buf)?;
-        kit.activation(Activation::Mish, &mut self.conv_buf, bn * d)?;
-        kit.conv1d(&spec, &self.conv_buf, &self.conv[1].0, Some(&self.conv[1].1), &mut self.hn)?;
-        kit.activation(Activation::Mish, &mut self.hn, bn * d)?;
-        kit.axpy(1.0, &self.hn, &mut self.h, bn * d)?;
-        let attn = AttentionSpec { batch_heads: rows * heads, n, head_dim: HEAD_DIM, scale: 1.0 / (HEAD_DIM as f32).sqrt() };
-        for l in &self.layers {
-            let m = &l.modulation;
-            kit.adaln_modulate(&self.h, bn, d, eps, m, 0, d, &mut self.hn)?;
-            l.qkv.apply(kit, &self.hn, bn, &mut self.qkv)?;
-            let split = |part: usize, rope_heads: usize| RopeSpec {
-                batch: rows,
-                n,
-                heads,
-                head_dim: HEAD_DIM,
-                rope_heads,
-                src: StridedRows { offset: part * d, row_stride: 3 * d },
-            };
-            kit.split_heads_rope(&split(0, heads), &self.qkv, &self.cos, &self.sin, &mut self.q)?;
-            kit.split_heads_rope(&split(1, heads), &self.qkv, &self.cos, &self.sin, &mut self.k)?;
-            kit.split_heads_rope(&split(2, 0), &self.qkv, &self.cos, &self.sin, &mut self.v)?;
-            kit.attention(&attn, &self.q, &self.k, &self.v, &mut self.att)?;
-            kit.merge_heads(&self.att, rows, n, heads, HEAD_DIM, &mut self.merged)?;
-            l.out.apply(kit, &self.merged, bn, &mut self.hn)?;
-            kit.gated_add(&mut self.h, &self.hn, bn, d, m, 2 * d)?;
-            kit.adaln_modulate(&self.h, bn, d, eps, m, 3 * d, 4 * d, &mut self.hn)?;
-            l.ff1.apply(kit, &self.hn, bn, &mut self.ffb)?;
-            kit.activation(Activation::GeluTanh, &mut self.ffb, bn * ff)?;
-            l.ff2.apply(kit, &self.ffb, bn, &mut self.conv_buf)?;
-            kit.gated_add(&mut self.h, &self.conv_buf, bn, d, m, 5 * d)?;
-        }
-        kit.adaln_modulate(&self.h, bn, d, eps, &self.out_mod, d, 0, &mut self.hn)?;
-        self.proj_out.apply(kit, &self.hn, bn, &mut self.pred)?;
-        if rows == 2 {
-            kit.cfg_combine(&self.pred, n * mel, 2.0, &mut self.guided)?;
-        }
-        Ok(())
-    }
+/// `f5_dit::F5Model` of a random checkpoint, built by the real loader.
+fn random_model<B: Backend>(a: Arch, kit: B, seed: u64) -> AnyResult<F5Model<B>> {
+    let ckpt = random_checkpoint(a, seed)?;
+    // A directory with no training config beside it: the architecture comes from the shapes.
+    let config = f5_dit::F5Config::infer(&ckpt, Path::new("/nonexistent/random.safetensors"), &f5_dit::Overrides::default())?;
+    Ok(F5Model::from_checkpoint(ckpt, config, kit)?)
+}
 
-    /// Attention alone, as many calls as one forward makes: how much of it is attention.
-    fn attention_only(&mut self, kit: &B) -> f5_gpukit::Result<()> {
-        let attn = AttentionSpec { batch_heads: self.rows * self.s.heads, n: self.n, head_dim: HEAD_DIM, scale: 0.125 };
-        for _ in 0..self.s.depth {
-            kit.attention(&attn, &self.q, &self.k, &self.v, &mut self.att)?;
-        }
-        Ok(())
-    }
+/// One utterance's state for `n` frames with CFG (batch 2): a quarter of the frames as
+/// reference, one text token per four frames, one flow time, a random noisy mel.
+struct Utterance<B: Backend> {
+    prep: f5_dit::Prepared<B>,
+    mods: f5_dit::Modulations<B>,
+    x: B::Buf,
+}
 
-    /// Multiply-adds ×2 of one forward: GEMMs, attention (q·kᵀ and p·v) and the grouped convs.
-    fn flops(&self) -> f64 {
-        let Shape { dim: d, heads, ff, depth, mel, conv_k, conv_groups } = self.s;
-        let (n, bn) = (self.n as f64, (self.rows * self.n) as f64);
-        let (d, ff) = (d as f64, ff as f64);
-        let per_layer_gemm = 2.0 * bn * (d * 3.0 * d + d * d + 2.0 * d * ff);
-        let per_layer_attn = 4.0 * (self.rows * heads) as f64 * n * n * HEAD_DIM as f64;
-        let conv = 2.0 * 2.0 * bn * d * (d / conv_groups as f64) * conv_k as f64;
-        let io = 2.0 * n * mel as f64 * d + 2.0 * bn * d * mel as f64;
-        depth as f64 * (per_layer_gemm + per_layer_attn) + conv + io
+fn utterance<B: Backend>(model: &F5Model<B>, n: usize, seed: u64) -> AnyResult<Utterance<B>> {
+    let kit = model.kit();
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let ids: Vec<u32> = (0..n / 4).map(|i| 1 + (i as u32 * 37) % (TEXT_ROWS as u32 - 1)).collect();
+    let cond = rng.vec((n / 4) * MEL, 1.0);
+    let prep = model.prepare(&ids, &cond, n, true)?;
+    let mods = model.modulations(&[0.3])?;
+    let x = kit.upload(&rng.vec(n * MEL, 1.0))?;
+    Ok(Utterance { prep, mods, x })
+}
+
+impl<B: Backend> Utterance<B> {
+    fn forward(&mut self, model: &F5Model<B>) -> Result<(), f5_dit::DitError> {
+        model.forward(&mut self.prep, &self.mods, 0, &self.x, None)
     }
+}
+
+/// Multiply-adds ×2 of one forward at batch 2: GEMMs, attention (q·kᵀ and p·v), the grouped
+/// convs and the input/output projections.
+fn flops(a: Arch, n: usize) -> f64 {
+    let rows = 2usize;
+    let (n, bn) = (n as f64, (rows * n) as f64);
+    let (d, ff) = (a.dim as f64, a.ff as f64);
+    let heads = a.dim / HEAD_DIM;
+    let per_layer_gemm = 2.0 * bn * (d * 3.0 * d + d * d + 2.0 * d * ff);
+    let per_layer_attn = 4.0 * (rows * heads) as f64 * n * n * HEAD_DIM as f64;
+    let conv = 2.0 * 2.0 * bn * d * (d / CONV_POS_GROUPS as f64) * CONV_POS_KERNEL as f64;
+    let io = 2.0 * n * MEL as f64 * d + 2.0 * bn * d * MEL as f64;
+    a.depth as f64 * (per_layer_gemm + per_layer_attn) + conv + io
 }
 
 fn median(mut v: Vec<f32>) -> f64 {
@@ -314,7 +273,7 @@ fn sample_tiny<B: Backend>(model: &f5_dit::F5Model<B>) -> AnyResult<(Vec<f32>, f
 
 /// The tiny F5 checkpoint sampled on both backends (same seed and schedule).
 fn tiny_model(args: &Args) -> AnyResult<Value> {
-    use f5_dit::{F5Model, Overrides};
+    use f5_dit::Overrides;
     let cpu = F5Model::open(&args.tiny, CpuBackend::new(), &Overrides::default())?;
     let gpu = F5Model::open(&args.tiny, CudaBackend::new(0)?, &Overrides::default())?;
     let (want, cpu_s) = sample_tiny(&cpu).map_err(|e| format!("cpu: {e}"))?;
@@ -327,45 +286,50 @@ fn tiny_model(args: &Args) -> AnyResult<Value> {
                "cpu_s": cpu_s, "cuda_s": gpu_s, "ok": ok }))
 }
 
-/// The DiT-shaped forward at a small size, CPU vs CUDA, f32 and bf16 weights.
+/// The real model at a small size from one random checkpoint, CPU vs CUDA, f32 and bf16
+/// weights: one CFG forward (text encoders, conv position embedding, every block, output).
 fn small_forward() -> AnyResult<Vec<Value>> {
-    let (rows, n) = (2, 200);
-    let cpu = CpuBackend::new();
-    let mut reference = Dit::new(&cpu, SMALL, rows, n, 7)?;
-    reference.forward(&cpu)?;
-    let want = cpu.download(&reference.guided)?;
+    let n = 200;
+    let cpu_model = random_model(SMALL, CpuBackend::new(), 7)?;
+    let mut reference = utterance(&cpu_model, n, 8)?;
+    reference.forward(&cpu_model)?;
+    let want = cpu_model.kit().download(&reference.prep.pred)?;
     let mut out = Vec::new();
     for (precision, limit) in [(WeightPrecision::F32, 1e-8), (WeightPrecision::Bf16, 1e-3)] {
-        let gpu = CudaBackend::with_options(0, CudaOptions { weights: precision })?;
-        let mut dit = Dit::new(&gpu, SMALL, rows, n, 7)?;
-        dit.forward(&gpu)?;
-        let got = gpu.download(&dit.guided)?;
-        let (max_abs, nmse) = compare(&got, &want);
+        let model = random_model(SMALL, CudaBackend::with_options(0, CudaOptions { weights: precision })?, 7)?;
+        let mut utt = utterance(&model, n, 8)?;
+        utt.forward(&model)?;
+        let got = model.kit().download(&utt.prep.pred)?;
+        let (max_abs, nmse) = compare(&got[..want.len()], &want);
         // f32: summation order only. bf16: 8-bit mantissas in every GEMM input, ~1e-4 NMSE.
-        out.push(json!({ "check": "dit_forward_small", "precision": format!("{precision:?}"), "rows": rows, "n": n,
+        out.push(json!({ "check": "f5_forward_small", "precision": format!("{precision:?}"), "rows": 2, "n": n,
+                         "dim": SMALL.dim, "depth": SMALL.depth,
                          "max_abs": max_abs, "nmse": nmse, "limit": limit, "ok": nmse <= limit }));
     }
     Ok(out)
 }
 
-/// Full-size timing: eager and graph, f32 and bf16 weights, at every frame count.
+/// Full-size timing of `F5Model::forward`: eager and graph, f32 and bf16 weights, at every
+/// frame count.
 fn full_size(args: &Args) -> AnyResult<Vec<Value>> {
     let mut out = Vec::new();
+    let arch = if args.quick { SMALL } else { F5_V1_BASE };
     for precision in [WeightPrecision::Bf16, WeightPrecision::F32] {
-        let gpu = CudaBackend::with_options(0, CudaOptions { weights: precision })?;
+        let t_load = Instant::now();
+        let model = random_model(arch, CudaBackend::with_options(0, CudaOptions { weights: precision })?, 11)?;
+        let load_s = t_load.elapsed().as_secs_f64();
+        let gpu = model.kit().clone();
         for &n in &args.frames {
-            let shape = if args.quick { SMALL } else { F5_V1_BASE };
-            let mut dit = Dit::new(&gpu, shape, 2, n, 11)?;
+            let mut utt = utterance(&model, n, 12)?;
             for _ in 0..args.warmup {
-                dit.forward(&gpu)?;
+                utt.forward(&model)?;
             }
             gpu.synchronize()?;
             let mut eager = Vec::new();
             for _ in 0..args.iters {
-                eager.push(gpu.time_ms(|| dit.forward(&gpu))?);
+                eager.push(gpu.time_ms(|| utt.forward(&model).map_err(|e| f5_gpukit::KitError::Device(e.to_string())))?);
             }
-            let attention_ms = median((0..args.iters.min(3)).map(|_| gpu.time_ms(|| dit.attention_only(&gpu))).collect::<Result<_, _>>()?);
-            let graph = gpu.capture(|| dit.forward(&gpu));
+            let graph = gpu.capture(|| utt.forward(&model).map_err(|e| f5_gpukit::KitError::Device(e.to_string())));
             let graph_ms = match &graph {
                 Ok(g) => {
                     g.replay()?;
@@ -379,16 +343,16 @@ fn full_size(args: &Args) -> AnyResult<Vec<Value>> {
             };
             let eager_ms = median(eager);
             let best = graph_ms.unwrap_or(eager_ms).min(eager_ms);
-            let flops = dit.flops();
+            let flops = flops(arch, n);
             let audio_s = n as f64 / FRAMES_PER_SECOND;
             let synth_s = args.steps as f64 * best / 1e3;
             let (free, total) = gpu.memory()?;
             out.push(json!({
-                "check": "dit_forward_full", "precision": format!("{precision:?}"), "rows": 2, "n": n,
-                "depth": shape.depth, "dim": shape.dim,
+                "check": "f5_forward_full", "model": "f5_dit::F5Model (random weights)",
+                "precision": format!("{precision:?}"), "rows": 2, "n": n,
+                "depth": arch.depth, "dim": arch.dim, "load_s": load_s,
                 "eager_ms": eager_ms, "graph_ms": graph_ms,
                 "graph_error": graph.as_ref().err().map(|e| e.to_string()),
-                "attention_ms": attention_ms,
                 "tflop_per_forward": flops / 1e12, "tflops_achieved": flops / (best / 1e3) / 1e12,
                 "fraction_of_bf16_ceiling": flops / (best / 1e3) / 1e12 / BF16_CEILING_TFLOPS,
                 "steps": args.steps, "synthesis_s": synth_s, "audio_s": audio_s, "rtf": synth_s / audio_s,
@@ -413,8 +377,27 @@ fn main() {
     std::process::exit(code);
 }
 
+/// The CPU half of `small_forward`, with no device: the random checkpoint loads through the real
+/// loader and one CFG forward produces finite values.
+fn cpu_only() -> AnyResult<bool> {
+    let t = Instant::now();
+    let model = random_model(SMALL, CpuBackend::new(), 7)?;
+    let mut utt = utterance(&model, 200, 8)?;
+    utt.forward(&model)?;
+    let pred = model.kit().download(&utt.prep.pred)?;
+    let finite = pred.iter().all(|v| v.is_finite());
+    let rms = (pred.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / pred.len().max(1) as f64).sqrt();
+    let report = json!({ "check": "cpu_only_small_forward", "params": model.config.params, "values": pred.len(),
+                         "rms": rms, "finite": finite, "seconds": t.elapsed().as_secs_f64(), "ok": finite && rms > 0.0 });
+    println!("{report}");
+    Ok(finite && rms > 0.0)
+}
+
 fn run() -> AnyResult<bool> {
     let args = parse_args()?;
+    if args.cpu_only {
+        return cpu_only();
+    }
     let gpu = CudaBackend::new(0)?;
     let mut report = vec![json!({
         "check": "device", "name": gpu.name()?, "kernels": format!("{:?}", gpu.kernel_source()),
@@ -437,8 +420,8 @@ fn run() -> AnyResult<bool> {
         }
     };
     record("tiny_f5_sample", tiny_model(&args).map(|v| vec![v]), &mut report);
-    record("dit_forward_small", small_forward(), &mut report);
-    record("dit_forward_full", full_size(&args), &mut report);
+    record("f5_forward_small", small_forward(), &mut report);
+    record("f5_forward_full", full_size(&args), &mut report);
     let doc = serde_json::to_string_pretty(&Value::Array(report))?;
     match &args.json {
         Some(p) => std::fs::write(p, &doc)?,

@@ -19,10 +19,14 @@ typedef unsigned long long u64;
 // the masking of lanes ≥ d compiles away.
 template <int D, bool EXACT>
 __device__ void attention_rows(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                               float* __restrict__ out, u64 n, u64 d, float scale) {
+                               float* __restrict__ out, u64 batch_heads, u64 n, u64 d, float scale) {
     __shared__ float ks[ATT_TILE][D];
     __shared__ float vs[ATT_TILE][D];
-    const u64 base = (u64)blockIdx.y * n * d;
+    // The [n, d] slice: grid y holds at most 65,535, so larger batch·heads spill into grid z.
+    // The whole block leaves together (before any barrier) where y·z overshoots.
+    const u64 slice = (u64)blockIdx.z * gridDim.y + blockIdx.y;
+    if (slice >= batch_heads) return;
+    const u64 base = slice * n * d;
     const u64 row = (u64)blockIdx.x * ATT_THREADS + threadIdx.x;
     const bool active = row < n;
     float qr[D], acc[D];
@@ -83,23 +87,23 @@ __device__ void attention_rows(const float* __restrict__ q, const float* __restr
     }
 }
 
-// head_dim 64 (F5): grid (ceil(n / 128), batch·heads), block 128.
+// head_dim 64 (F5): grid (ceil(n / 128), min(batch·heads, 65,535), overflow of y), block 128.
 extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_d64(const float* q, const float* k,
-                                                                         const float* v, float* out, u64 n,
-                                                                         float scale) {
-    attention_rows<64, true>(q, k, v, out, n, 64, scale);
+                                                                         const float* v, float* out,
+                                                                         u64 batch_heads, u64 n, float scale) {
+    attention_rows<64, true>(q, k, v, out, batch_heads, n, 64, scale);
 }
 
 // Any head_dim ≤ 32.
 extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_le32(const float* q, const float* k,
-                                                                          const float* v, float* out, u64 n, u64 d,
-                                                                          float scale) {
-    attention_rows<32, false>(q, k, v, out, n, d, scale);
+                                                                          const float* v, float* out,
+                                                                          u64 batch_heads, u64 n, u64 d, float scale) {
+    attention_rows<32, false>(q, k, v, out, batch_heads, n, d, scale);
 }
 
 // Any head_dim ≤ 64.
 extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_le64(const float* q, const float* k,
-                                                                          const float* v, float* out, u64 n, u64 d,
-                                                                          float scale) {
-    attention_rows<64, false>(q, k, v, out, n, d, scale);
+                                                                          const float* v, float* out,
+                                                                          u64 batch_heads, u64 n, u64 d, float scale) {
+    attention_rows<64, false>(q, k, v, out, batch_heads, n, d, scale);
 }

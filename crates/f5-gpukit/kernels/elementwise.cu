@@ -90,6 +90,14 @@ extern "C" __global__ void add_bias_rows(float* c, const float* bias, u64 batch,
     }
 }
 
+// c[b, i, j] = 0 for the rows of a strided GEMM output: a product over k = 0 terms (beta = 0).
+extern "C" __global__ void zero_rows(float* c, u64 batch, u64 m, u64 n, u64 ldc, u64 batch_stride) {
+    GRID_STRIDE(i, batch * m * n) {
+        const u64 j = i % n, r = (i / n) % m, b = i / (n * m);
+        c[b * batch_stride + r * ldc + j] = 0.0f;
+    }
+}
+
 // f32 → bf16 bits, round to nearest even; NaN stays a (quiet) NaN.
 extern "C" __global__ void f32_to_bf16(const float* x, unsigned short* y, u64 len) {
     GRID_STRIDE(i, len) {

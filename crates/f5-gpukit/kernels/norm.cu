@@ -69,36 +69,42 @@ extern "C" __global__ void adaln_modulate(const float* x, float* out, unsigned l
 
 // GRN step 1: g[b, c] = sqrt(Σ_t x[b, t, c]²), the L2 norm down the sequence per channel.
 // Block (32, 8): 32 channels × 8 row lanes; the 8 partial sums are added in shared memory.
-extern "C" __global__ void grn_col_norm(const float* x, float* g, unsigned long long n, unsigned long long d) {
+// Grid y strides over the batch items (it holds at most 65,535).
+extern "C" __global__ void grn_col_norm(const float* x, float* g, unsigned long long batch, unsigned long long n,
+                                        unsigned long long d) {
     __shared__ float part[8][33];
-    const unsigned long long b = blockIdx.y;
     const unsigned long long c = (unsigned long long)blockIdx.x * 32 + threadIdx.x;
-    float s = 0.0f;
-    if (c < d) {
-        const float* xb = x + b * n * d;
-        for (unsigned long long t = threadIdx.y; t < n; t += 8) {
-            const float v = xb[t * d + c];
-            s += v * v;
+    for (unsigned long long b = blockIdx.y; b < batch; b += gridDim.y) {
+        float s = 0.0f;
+        if (c < d) {
+            const float* xb = x + b * n * d;
+            for (unsigned long long t = threadIdx.y; t < n; t += 8) {
+                const float v = xb[t * d + c];
+                s += v * v;
+            }
         }
-    }
-    part[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < d) {
-        float tot = 0.0f;
-        for (int i = 0; i < 8; ++i) tot += part[i][threadIdx.x];
-        g[b * d + c] = sqrtf(tot);
+        part[threadIdx.y][threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.y == 0 && c < d) {
+            float tot = 0.0f;
+            for (int i = 0; i < 8; ++i) tot += part[i][threadIdx.x];
+            g[b * d + c] = sqrtf(tot);
+        }
+        __syncthreads();  // part is read before the next item overwrites it
     }
 }
 
-// GRN step 2, one block per batch item: g[b, c] ← g[b, c] / (mean_c g[b, :] + eps).
-extern "C" __global__ void grn_factor(float* g, unsigned long long d, float eps) {
+// GRN step 2, one block per batch item (grid-stride over items): g[b, c] ← g[b, c] / (mean_c g[b, :] + eps).
+extern "C" __global__ void grn_factor(float* g, unsigned long long batch, unsigned long long d, float eps) {
     __shared__ float scratch[32];
-    float* gb = g + (unsigned long long)blockIdx.x * d;
-    float s = 0.0f;
-    for (unsigned long long c = threadIdx.x; c < d; c += blockDim.x) s += gb[c];
-    const float denom = block_sum(s, scratch) / (float)d + eps;
-    __syncthreads();
-    for (unsigned long long c = threadIdx.x; c < d; c += blockDim.x) gb[c] = gb[c] / denom;
+    for (unsigned long long b = blockIdx.x; b < batch; b += gridDim.x) {
+        float* gb = g + b * d;
+        float s = 0.0f;
+        for (unsigned long long c = threadIdx.x; c < d; c += blockDim.x) s += gb[c];
+        const float denom = block_sum(s, scratch) / (float)d + eps;
+        __syncthreads();
+        for (unsigned long long c = threadIdx.x; c < d; c += blockDim.x) gb[c] = gb[c] / denom;
+    }
 }
 
 // GRN step 3, in place: x = γ·(x·f) + β + x with f the factor of step 2.

@@ -90,7 +90,8 @@ pub fn gemm<B: Backend>(kit: &B) {
     let mut rng = Rng::new(1);
     let mut cases: Vec<(GemmSpec, bool)> = Vec::new();
     // PyTorch Linear layout (weight [n, k] read transposed), with and without bias, odd shapes.
-    for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 65), (64, 64, 64), (130, 257, 95), (2, 712, 128)] {
+    // k = 0 (an empty input feature axis) is a sum of no terms: the output is the bias alone.
+    for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 65), (64, 64, 64), (130, 257, 95), (2, 712, 128), (3, 0, 5)] {
         cases.push((GemmSpec::linear(m, k, n), true));
         cases.push((GemmSpec::linear(m, k, n), false));
     }
@@ -158,7 +159,9 @@ fn ref_attention(s: &AttentionSpec, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64>
 pub fn attention<B: Backend>(kit: &B) {
     let mut rng = Rng::new(2);
     // n = 300 spans several query blocks, the last one partial; n = 1 is a single key.
-    for &(bh, n, d, scale) in &[(1, 1, 64, 0.125), (3, 17, 64, 0.125), (2, 300, 64, 0.125), (1, 129, 8, 0.5), (4, 33, 16, 1.0)] {
+    // 65,537 slices: more than a CUDA grid's y axis holds (65,535), so a kernel must loop.
+    let cases = [(1, 1, 64, 0.125), (3, 17, 64, 0.125), (2, 300, 64, 0.125), (1, 129, 8, 0.5), (4, 33, 16, 1.0), (65_537, 2, 2, 1.0)];
+    for &(bh, n, d, scale) in &cases {
         let spec = AttentionSpec { batch_heads: bh, n, head_dim: d, scale };
         let len = bh * n * d;
         // Scores up to ~±8 make the softmax far from uniform, so a wrong axis or scale shows.
@@ -244,7 +247,8 @@ pub fn gated_add<B: Backend>(kit: &B) {
 
 pub fn grn<B: Backend>(kit: &B) {
     let mut rng = Rng::new(6);
-    for &(batch, n, d) in &[(1, 1, 1), (2, 5, 7), (1, 64, 32), (2, 200, 64)] {
+    // A batch of 65,537 items: past a CUDA grid's y limit (65,535).
+    for &(batch, n, d) in &[(1, 1, 1), (2, 5, 7), (1, 64, 32), (2, 200, 64), (65_537, 2, 3)] {
         let x = rng.vec(batch * n * d);
         let (gamma, beta) = (rng.vec(d), rng.vec(d));
         let mut want = vec![0.0f64; x.len()];
@@ -744,15 +748,41 @@ pub fn lstm<B: Backend>(kit: &B) {
     let want: Vec<f64> =
         ref_lstm_dir(&gx[0], &whh[0], h, &(0..6).collect::<Vec<_>>(), &f64s(&h0), &f64s(&c0)).into_iter().flat_map(|(_, hs)| hs).collect();
     assert_close(&got, &want, |_| 2e-5, "lstm with an initial state");
+
+    // A hidden size past one block of threads (600 > 512; Kokoro's is 256), so every thread owns
+    // several units and every warp several gate rows; W_hh scaled by 1/√hidden keeps the gates
+    // O(1), so f32 sums of 600 products err by ~1e-6.
+    let (batch, n, h) = (2, 3, 600);
+    let lengths = [3usize, 1];
+    let scale = 1.0 / (h as f32).sqrt();
+    let gx: Vec<Vec<f32>> = (0..2).map(|_| rng.vec(batch * n * 4 * h)).collect();
+    let whh: Vec<Vec<f32>> = (0..2).map(|_| rng.vec(4 * h * h).iter().map(|v| v * scale).collect()).collect();
+    let gxb: Vec<B::Buf> = gx.iter().map(|v| kit.upload(v).unwrap()).collect();
+    let whb: Vec<B::Buf> = whh.iter().map(|v| kit.upload(v).unwrap()).collect();
+    let got = run_bilstm(kit, batch, n, h, &lengths, [&gxb[0], &gxb[1]], [&whb[0], &whb[1]]);
+    let mut want = vec![0.0f64; batch * n * 2 * h];
+    let zeros = vec![0.0; h];
+    for b in 0..batch {
+        let len = lengths[b];
+        for (d, order) in [(0..len).collect::<Vec<_>>(), (0..len).rev().collect()].into_iter().enumerate() {
+            let item = &gx[d][b * n * 4 * h..(b + 1) * n * 4 * h];
+            for (t, hs) in ref_lstm_dir(item, &whh[d], h, &order, &zeros, &zeros) {
+                want[(b * n + t) * 2 * h + d * h..(b * n + t) * 2 * h + (d + 1) * h].copy_from_slice(&hs);
+            }
+        }
+    }
+    assert_close(&got, &want, |_| 2e-5, "bilstm with hidden 600");
 }
 
 // ── instance norm, Snake, resampling, padding, cumsum ─────────────────────────────────────────
 
 pub fn instance_norm<B: Backend>(kit: &B) {
     let mut rng = Rng::new(23);
-    for &(batch, n, c) in &[(1usize, 1usize, 3usize), (2, 37, 20), (1, 300, 7)] {
-        // An offset per channel: the normalisation must remove it.
-        let x: Vec<f32> = rng.vec(batch * n * c).iter().enumerate().map(|(i, v)| v + (i % c) as f32 * 3.0).collect();
+    // (3, 9, 70): several 32-channel tiles, the last one partial, over several items.
+    for &(batch, n, c) in &[(1usize, 1usize, 3usize), (2, 37, 20), (1, 300, 7), (3, 9, 70)] {
+        // An offset per channel: the normalisation must remove it. Offsets stay below 63 (channel
+        // index mod 21) so that the f32 mean's rounding (half an ulp, ≤ 2e-6) fits the tolerance.
+        let x: Vec<f32> = rng.vec(batch * n * c).iter().enumerate().map(|(i, v)| v + ((i % c) % 21) as f32 * 3.0).collect();
         let (w, bvec, style) = (rng.vec(c), rng.vec(c), rng.vec(batch * 2 * c));
         let (xb, wb, bb, sb) = (kit.upload(&x).unwrap(), kit.upload(&w).unwrap(), kit.upload(&bvec).unwrap(), kit.upload(&style).unwrap());
         let spec = InstanceNormSpec { batch, n, c, eps: 1e-5 };

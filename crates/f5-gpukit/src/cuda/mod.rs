@@ -11,7 +11,9 @@
 //! - libcuda, cuBLAS and NVRTC are opened at run time: a binary built with the `cuda` feature runs
 //!   anywhere, and [`CudaBackend::new`] reports a missing driver or device as an error.
 
+mod capture;
 mod gemm;
+mod kernels;
 mod modules;
 mod seq_ops;
 
@@ -21,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::cublas::result as blas;
 use cudarc::cublas::sys as blas_sys;
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 
 pub use modules::KernelSource;
 
@@ -30,6 +32,8 @@ use crate::spec::{
     AttentionSpec, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec, RopeSpec, StftSpec,
 };
 use crate::{shape_err, Activation, Backend, Device, KitError, Result};
+use capture::{CaptureGate, GraphPin, Scratch};
+use kernels::DevPtr;
 
 /// How [`Backend::upload_weight`] stores weights, and so which GEMMs use the tensor cores.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,11 +83,14 @@ const THREADS: u32 = 256;
 /// Grid-stride kernels need no more blocks than this to fill any current GPU.
 const MAX_BLOCKS: usize = 1 << 16;
 
-/// A kernel argument; the launch takes pointers to these, so they live in a slice that outlives it.
-enum Arg {
-    U64(u64),
-    F32(f32),
-    I32(i32),
+/// A size as a kernel's `u64` parameter.
+fn u(v: usize) -> u64 {
+    v as u64
+}
+
+/// The grid of a grid-stride kernel over `total` values, or `None` (launch nothing) for 0.
+fn each(total: usize) -> Option<LaunchConfig> {
+    (total > 0).then(|| grid_1d(total))
 }
 
 fn dev_err(what: impl std::fmt::Display) -> impl FnOnce(cudarc::driver::DriverError) -> KitError {
@@ -129,8 +136,13 @@ pub struct CudaState {
     blas: CudaBlas,
     _workspace: CudaSlice<u8>,
     /// bf16 staging of the operand that has no bf16 copy. Reused by every bf16 GEMM: stream
-    /// order makes that safe, and growing it frees the old one stream-ordered too.
-    bf16_scratch: Mutex<Option<CudaSlice<u16>>>,
+    /// order makes that safe; growing it frees the old one stream-ordered, or keeps it while a
+    /// captured graph may still point into it (see `capture.rs`).
+    bf16_scratch: Mutex<Scratch<CudaSlice<u16>>>,
+    /// GRN's per-(item, channel) norms, reused like `bf16_scratch` so GRN can be captured.
+    grn_scratch: Mutex<Scratch<CudaSlice<f32>>>,
+    /// Serialises graph capture against other threads' ops and pins scratch for live graphs.
+    gate: CaptureGate,
     options: CudaOptions,
     ordinal: usize,
     stream: Arc<CudaStream>,
@@ -197,7 +209,9 @@ impl CudaBackend {
                 kernel_source,
                 blas,
                 _workspace: workspace,
-                bf16_scratch: Mutex::new(None),
+                bf16_scratch: Mutex::new(Scratch::new("the bf16 GEMM operand scratch")),
+                grn_scratch: Mutex::new(Scratch::new("the GRN norm scratch")),
+                gate: CaptureGate::default(),
                 options,
                 ordinal,
                 stream,
@@ -242,41 +256,39 @@ impl CudaBackend {
         start.elapsed_ms(&end).map_err(dev_err("event elapsed"))
     }
 
-    /// Records the ops queued by `work` into a CUDA graph instead of running them. `work` must
-    /// not allocate, upload or download (run it once eagerly first so scratch buffers exist).
+    /// Records the ops queued by `work` into a CUDA graph instead of running them.
+    ///
+    /// `work` must not allocate, upload or download: run it once eagerly first so scratch
+    /// buffers exist. Ops that cannot be recorded (the LSTM and the embedding copy host data;
+    /// a scratch buffer that would have to grow) fail the capture with an error saying so.
+    /// While the capture runs, ops from other threads wait for it to end (stream capture would
+    /// otherwise record them too); the scratch a graph recorded stays allocated as long as the
+    /// graph exists.
     pub fn capture(&self, work: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        let capture = self.gate.begin()?;
         self.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(dev_err("begin graph capture"))?;
         let queued = work();
         // End the capture whatever happened, so the stream is usable again.
         let graph = self.stream.end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
         queued?;
         let graph = graph.map_err(dev_err("end graph capture"))?;
-        graph.map(|g| CudaGraph { graph: g }).ok_or_else(|| KitError::Device("graph capture recorded nothing".into()))
+        let graph = graph.ok_or_else(|| KitError::Device("graph capture recorded nothing".into()))?;
+        Ok(CudaGraph { graph, _pin: capture.into_pin() })
+    }
+
+    /// Refuses, inside a capture, an op that cannot be recorded into a graph.
+    fn refuse_in_capture(&self, op: &str, why: &str) -> Result<()> {
+        self.gate.refuse(op, why)
     }
 
     fn kernel(&self, name: &'static str) -> Result<&CudaFunction> {
         self.kernels.get(name).ok_or_else(|| KitError::Device(format!("kernel {name} is not loaded")))
     }
 
-    fn launch(&self, name: &'static str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
-        let f = self.kernel(name)?;
-        let mut builder = self.stream.launch_builder(f);
-        for a in args {
-            match a {
-                Arg::U64(v) => builder.arg(v),
-                Arg::F32(v) => builder.arg(v),
-                Arg::I32(v) => builder.arg(v),
-            };
-        }
-        // SAFETY: every launch site passes the argument list of the kernel's C signature, and
-        // the op validated that each pointer + extent lies inside its buffer.
-        unsafe { builder.launch(cfg) }.map(|_| ()).map_err(dev_err(format!("launching {name}")))
-    }
-
     /// Device address of `buf[offset]` as a kernel argument.
-    fn at(&self, buf: &CudaBuf, offset: usize) -> Arg {
-        Arg::U64(self.addr(&buf.data, offset, 4))
+    fn at(&self, buf: &CudaBuf, offset: usize) -> DevPtr {
+        DevPtr(self.addr(&buf.data, offset, 4))
     }
 
     fn addr<T>(&self, s: &CudaSlice<T>, offset: usize, elem: u64) -> u64 {
@@ -284,24 +296,14 @@ impl CudaBackend {
         p + offset as u64 * elem
     }
 
-    fn u(v: usize) -> Arg {
-        Arg::U64(v as u64)
-    }
-
-    fn elementwise(&self, name: &'static str, total: usize, args: &[Arg]) -> Result<()> {
-        if total == 0 {
-            return Ok(());
-        }
-        self.launch(name, grid_1d(total), args)
-    }
-
     /// Converts `src[offset..offset + len]` to bf16 in `dst[..len]`.
     fn to_bf16(&self, src: &CudaSlice<f32>, offset: usize, dst: &CudaSlice<u16>, len: usize) -> Result<()> {
-        let args = [Arg::U64(self.addr(src, offset, 4)), Arg::U64(self.addr(dst, 0, 2)), Self::u(len)];
-        self.elementwise("f32_to_bf16", len, &args)
+        self.k().f32_to_bf16(each(len), DevPtr(self.addr(src, offset, 4)), DevPtr(self.addr(dst, 0, 2)), u(len))
     }
 
     fn device_alloc<T: cudarc::driver::DeviceRepr>(&self, len: usize, what: &str) -> Result<CudaSlice<T>> {
+        self.refuse_in_capture("an allocation", "allocates device memory (run the work once eagerly before capturing)")?;
+        let _op = self.gate.enter()?;
         // SAFETY: every caller writes the buffer before any kernel reads it.
         unsafe { self.stream.alloc::<T>(len.max(1)) }.map_err(dev_err(format!("cannot allocate {len} values for {what}")))
     }
@@ -312,6 +314,7 @@ impl CudaBackend {
         let pa = self.addr(&b.data, call.a.offset, 4) as *const f32;
         let pb = self.addr(&a.data, call.b.offset, 4) as *const f32;
         let pc = self.addr(&c.data, call.c.offset, 4) as *mut f32;
+        let _op = self.gate.enter()?;
         self.ctx.bind_to_thread().map_err(dev_err("bind context"))?;
         // SAFETY: GemmSpec::validate bounded every element the call touches inside its buffer.
         unsafe {
@@ -349,12 +352,7 @@ impl CudaBackend {
             }
             let end = layout.extent(rows, cols, spec.batch).unwrap_or(layout.offset);
             let span = end.saturating_sub(layout.offset);
-            if scratch.as_ref().is_none_or(|s| s.len() < span) {
-                *scratch = Some(self.device_alloc::<u16>(span, "the bf16 GEMM operand")?);
-            }
-            let Some(s) = scratch.as_ref() else {
-                return Err(KitError::Device("bf16 scratch missing".into()));
-            };
+            let s = scratch.ensure(&self.gate, span, |s| s.len(), |len| self.device_alloc::<u16>(len, "the bf16 GEMM operand"))?;
             self.to_bf16(&buf.data, layout.offset, s, span)?;
             Ok(self.addr(s, offset - layout.offset, 2))
         };
@@ -363,6 +361,7 @@ impl CudaBackend {
         let pb = pointer(a, &spec.a, spec.m, spec.k, call.b.offset)?;
         let pc = self.addr(&c.data, call.c.offset, 4);
         let alpha = 1.0f32;
+        let _op = self.gate.enter()?;
         self.ctx.bind_to_thread().map_err(dev_err("bind context"))?;
         use blas_sys::{cublasComputeType_t, cublasGemmAlgo_t, cudaDataType};
         // SAFETY: as in gemm_f32; bf16 operands mirror the validated f32 spans element for element.
@@ -396,9 +395,10 @@ impl CudaBackend {
         .map_err(blas_err("gemm_strided_batched_ex (bf16)"))
     }
 
-    fn norm_rows(&self, name: &'static str, rows: usize, args: &[Arg]) -> Result<()> {
+    /// One block per row (grid-stride over rows) for the row-normalisation kernels.
+    fn norm_rows(rows: usize) -> LaunchConfig {
         let blocks = rows.clamp(1, MAX_BLOCKS) as u32;
-        self.launch(name, LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }, args)
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
     }
 }
 
@@ -411,11 +411,14 @@ fn op(o: gemm::Op) -> blas_sys::cublasOperation_t {
 
 /// A captured sequence of ops; [`CudaGraph::replay`] queues it again with one launch.
 pub struct CudaGraph {
+    // Field order is drop order: the graph goes before its pin on the scratch buffers.
     graph: cudarc::driver::CudaGraph,
+    _pin: GraphPin,
 }
 
 impl CudaGraph {
     pub fn replay(&self) -> Result<()> {
+        // A replay is plain stream work: it needs no gate (it records nothing).
         self.graph.launch().map_err(dev_err("graph launch"))
     }
 }
@@ -428,17 +431,21 @@ impl Backend for CudaBackend {
     }
 
     fn alloc(&self, len: usize) -> Result<CudaBuf> {
+        self.refuse_in_capture("alloc", "allocates device memory (allocate before capturing)")?;
+        let _op = self.gate.enter()?;
         let data = self.stream.alloc_zeros::<f32>(len.max(1)).map_err(|_| KitError::OutOfMemory(len))?;
         Ok(CudaBuf { data, len, bf16: None })
     }
 
     fn upload(&self, data: &[f32]) -> Result<CudaBuf> {
+        self.refuse_in_capture("upload", "allocates and copies from host memory")?;
         let mut buf = CudaBuf {
             data: self.device_alloc::<f32>(data.len(), "an upload").map_err(|_| KitError::OutOfMemory(data.len()))?,
             len: data.len(),
             bf16: None,
         };
         if !data.is_empty() {
+            let _op = self.gate.enter()?;
             self.stream.memcpy_htod(data, &mut buf.data).map_err(dev_err("upload"))?;
         }
         Ok(buf)
@@ -472,12 +479,18 @@ impl Backend for CudaBackend {
         if data.is_empty() {
             return Ok(());
         }
+        self.refuse_in_capture("write", "copies from host memory")?;
+        let _op = self.gate.enter()?;
         let mut dst = buf.data.slice_mut(offset..end);
         self.stream.memcpy_htod(data, &mut dst).map_err(dev_err("write"))?;
         // A later bf16 GEMM must not see a stale copy.
         if let Some(copy) = &buf.bf16 {
-            let args = [Arg::U64(self.addr(&buf.data, offset, 4)), Arg::U64(self.addr(copy, offset, 2)), Self::u(data.len())];
-            self.elementwise("f32_to_bf16", data.len(), &args)?;
+            self.k().f32_to_bf16(
+                each(data.len()),
+                DevPtr(self.addr(&buf.data, offset, 4)),
+                DevPtr(self.addr(copy, offset, 2)),
+                u(data.len()),
+            )?;
         }
         Ok(())
     }
@@ -488,6 +501,8 @@ impl Backend for CudaBackend {
         if out.is_empty() {
             return Ok(());
         }
+        self.refuse_in_capture("read", "copies to host memory and waits for the device")?;
+        let _op = self.gate.enter()?;
         let src = buf.data.slice(offset..end);
         self.stream.memcpy_dtoh(&src, out).map_err(dev_err("read"))?;
         self.synchronize()
@@ -502,12 +517,12 @@ impl Backend for CudaBackend {
         if len == 0 {
             return Ok(());
         }
+        let _op = self.gate.enter()?;
         let from = src.data.slice(src_off..se);
         let mut to = dst.data.slice_mut(dst_off..de);
         self.stream.memcpy_dtod(&from, &mut to).map_err(dev_err("copy"))?;
         if let Some(copy) = &dst.bf16 {
-            let args = [Arg::U64(self.addr(&dst.data, dst_off, 4)), Arg::U64(self.addr(copy, dst_off, 2)), Self::u(len)];
-            self.elementwise("f32_to_bf16", len, &args)?;
+            self.k().f32_to_bf16(each(len), DevPtr(self.addr(&dst.data, dst_off, 4)), DevPtr(self.addr(copy, dst_off, 2)), u(len))?;
         }
         Ok(())
     }
@@ -515,10 +530,9 @@ impl Backend for CudaBackend {
     fn fill(&self, buf: &mut CudaBuf, offset: usize, len: usize, value: f32) -> Result<()> {
         let end = offset.checked_add(len).filter(|&e| e <= buf.len);
         end.ok_or_else(|| shape_err("fill", format!("{offset}+{len} past buffer of {}", buf.len)))?;
-        self.elementwise("fill_f32", len, &[self.at(buf, offset), Self::u(len), Arg::F32(value)])?;
+        self.k().fill_f32(each(len), self.at(buf, offset), u(len), value)?;
         if let Some(copy) = &buf.bf16 {
-            let args = [Arg::U64(self.addr(&buf.data, offset, 4)), Arg::U64(self.addr(copy, offset, 2)), Self::u(len)];
-            self.elementwise("f32_to_bf16", len, &args)?;
+            self.k().f32_to_bf16(each(len), DevPtr(self.addr(&buf.data, offset, 4)), DevPtr(self.addr(copy, offset, 2)), u(len))?;
         }
         Ok(())
     }
@@ -528,24 +542,41 @@ impl Backend for CudaBackend {
         if spec.batch == 0 || spec.m == 0 || spec.n == 0 {
             return Ok(());
         }
-        let call = gemm::blas_call(spec)?;
-        if a.bf16.is_some() || b.bf16.is_some() {
-            self.gemm_bf16(spec, &call, a, b, c, spec.beta)?;
+        let _op = self.gate.enter()?;
+        let total = crate::spec::product("gemm", &[spec.batch, spec.m, spec.n])?;
+        if spec.k == 0 {
+            // A·B is a sum of no terms: C = beta·C (+ bias), as on the CPU. cuBLAS is not asked,
+            // since a k = 0 operand has no valid leading dimension to describe it.
+            if spec.beta == 0.0 {
+                self.k().zero_rows(
+                    each(total),
+                    self.at(c, spec.c.offset),
+                    u(spec.batch),
+                    u(spec.m),
+                    u(spec.n),
+                    u(spec.c.row_stride),
+                    u(spec.c.batch_stride),
+                )?;
+            }
         } else {
-            self.gemm_f32(&call, a, b, c, spec.beta)?;
+            let call = gemm::blas_call(spec)?;
+            if a.bf16.is_some() || b.bf16.is_some() {
+                self.gemm_bf16(spec, &call, a, b, c, spec.beta)?;
+            } else {
+                self.gemm_f32(&call, a, b, c, spec.beta)?;
+            }
         }
         if let Some(bias) = bias {
-            let total = crate::spec::product("gemm", &[spec.batch, spec.m, spec.n])?;
-            let args = [
+            self.k().add_bias_rows(
+                each(total),
                 self.at(c, spec.c.offset),
                 self.at(bias, 0),
-                Self::u(spec.batch),
-                Self::u(spec.m),
-                Self::u(spec.n),
-                Self::u(spec.c.row_stride),
-                Self::u(spec.c.batch_stride),
-            ];
-            self.elementwise("add_bias_rows", total, &args)?;
+                u(spec.batch),
+                u(spec.m),
+                u(spec.n),
+                u(spec.c.row_stride),
+                u(spec.c.batch_stride),
+            )?;
         }
         Ok(())
     }
@@ -557,20 +588,22 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         const ROWS_PER_BLOCK: usize = 128;
+        // Slices fill grid y (at most 65,535) and overflow into grid z.
+        let grid_y = batch_heads.min(65_535);
         let cfg = LaunchConfig {
             grid_dim: (
                 grid_dim("attention", "query blocks", n.div_ceil(ROWS_PER_BLOCK), i32::MAX as usize)?,
-                grid_dim("attention", "batch·heads", batch_heads, 65_535)?,
-                1,
+                grid_y as u32,
+                grid_dim("attention", "batch·heads / 65,535", batch_heads.div_ceil(grid_y), 65_535)?,
             ),
             block_dim: (ROWS_PER_BLOCK as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         let (pq, pk, pv, po) = (self.at(q, 0), self.at(k, 0), self.at(v, 0), self.at(out, 0));
         match d {
-            64 => self.launch("attention_d64", cfg, &[pq, pk, pv, po, Self::u(n), Arg::F32(scale)]),
-            1..=32 => self.launch("attention_le32", cfg, &[pq, pk, pv, po, Self::u(n), Self::u(d), Arg::F32(scale)]),
-            33..=64 => self.launch("attention_le64", cfg, &[pq, pk, pv, po, Self::u(n), Self::u(d), Arg::F32(scale)]),
+            64 => self.k().attention_d64(cfg, pq, pk, pv, po, u(batch_heads), u(n), scale),
+            1..=32 => self.k().attention_le32(cfg, pq, pk, pv, po, u(batch_heads), u(n), u(d), scale),
+            33..=64 => self.k().attention_le64(cfg, pq, pk, pv, po, u(batch_heads), u(n), u(d), scale),
             _ => Err(shape_err("attention", format!("head_dim {d} > 64 is not supported by the CUDA kernel"))),
         }
     }
@@ -588,13 +621,12 @@ impl Backend for CudaBackend {
         if total == 0 {
             return Ok(());
         }
-        let base = [self.at(x, 0), self.at(out, 0), Self::u(rows), Self::u(d), Arg::F32(eps)];
+        let cfg = Self::norm_rows(rows);
         match affine {
             Some((w, b)) => {
-                let [a0, a1, a2, a3, a4] = base;
-                self.norm_rows("layer_norm_affine", rows, &[a0, a1, a2, a3, a4, self.at(w, 0), self.at(b, 0)])
+                self.k().layer_norm_affine(cfg, self.at(x, 0), self.at(out, 0), u(rows), u(d), eps, self.at(w, 0), self.at(b, 0))
             }
-            None => self.norm_rows("layer_norm_plain", rows, &base),
+            None => self.k().layer_norm_plain(cfg, self.at(x, 0), self.at(out, 0), u(rows), u(d), eps),
         }
     }
 
@@ -613,21 +645,13 @@ impl Backend for CudaBackend {
         if total == 0 {
             return Ok(());
         }
-        let args = [
-            self.at(x, 0),
-            self.at(out, 0),
-            Self::u(rows),
-            Self::u(d),
-            Arg::F32(eps),
-            self.at(modulation, shift_off),
-            self.at(modulation, scale_off),
-        ];
-        self.norm_rows("adaln_modulate", rows, &args)
+        let (shift, scale) = (self.at(modulation, shift_off), self.at(modulation, scale_off));
+        self.k().adaln_modulate(Self::norm_rows(rows), self.at(x, 0), self.at(out, 0), u(rows), u(d), eps, shift, scale)
     }
 
     fn gated_add(&self, x: &mut CudaBuf, y: &CudaBuf, rows: usize, d: usize, gates: &CudaBuf, gate_off: usize) -> Result<()> {
         let total = check::gated_add(rows, d, x.len, y.len, gates.len, gate_off)?;
-        self.elementwise("gated_add", total, &[self.at(x, 0), self.at(y, 0), self.at(gates, gate_off), Self::u(total), Self::u(d)])
+        self.k().gated_add(each(total), self.at(x, 0), self.at(y, 0), self.at(gates, gate_off), u(total), u(d))
     }
 
     fn grn(&self, x: &mut CudaBuf, batch: usize, n: usize, d: usize, gamma: &CudaBuf, beta: &CudaBuf, eps: f32) -> Result<()> {
@@ -636,49 +660,46 @@ impl Backend for CudaBackend {
         if total == 0 {
             return Ok(());
         }
-        let g = self.device_alloc::<f32>(crate::spec::product(op, &[batch, d])?, "GRN norms")?;
-        let pg = Arg::U64(self.addr(&g, 0, 4));
+        let _op = self.gate.enter()?;
+        let mut scratch = self.grn_scratch.lock().map_err(|_| KitError::Device("GRN scratch lock poisoned".into()))?;
+        let need = crate::spec::product(op, &[batch, d])?;
+        let g = scratch.ensure(&self.gate, need, |s| s.len(), |len| self.device_alloc::<f32>(len, "GRN norms"))?;
+        let pg = DevPtr(self.addr(g, 0, 4));
         let cfg = LaunchConfig {
-            grid_dim: (grid_dim(op, "channel blocks", d.div_ceil(32), i32::MAX as usize)?, grid_dim(op, "batch", batch, 65_535)?, 1),
+            // Items beyond the grid's y limit are looped over inside the kernel.
+            grid_dim: (grid_dim(op, "channel blocks", d.div_ceil(32), i32::MAX as usize)?, batch.min(65_535) as u32, 1),
             block_dim: (32, 8, 1),
             shared_mem_bytes: 0,
         };
-        self.launch("grn_col_norm", cfg, &[self.at(x, 0), Arg::U64(self.addr(&g, 0, 4)), Self::u(n), Self::u(d)])?;
-        let cfg = LaunchConfig {
-            grid_dim: (grid_dim(op, "batch", batch, i32::MAX as usize)?, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        self.launch("grn_factor", cfg, &[Arg::U64(self.addr(&g, 0, 4)), Self::u(d), Arg::F32(eps)])?;
-        let args = [self.at(x, 0), pg, self.at(gamma, 0), self.at(beta, 0), Self::u(batch), Self::u(n), Self::u(d)];
-        self.elementwise("grn_apply", total, &args)
-        // `g` is freed stream-ordered, after grn_apply has read it.
+        self.k().grn_col_norm(cfg, self.at(x, 0), DevPtr(self.addr(g, 0, 4)), u(batch), u(n), u(d))?;
+        let cfg = LaunchConfig { grid_dim: (batch.min(MAX_BLOCKS) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        self.k().grn_factor(cfg, DevPtr(self.addr(g, 0, 4)), u(batch), u(d), eps)?;
+        self.k().grn_apply(each(total), self.at(x, 0), pg, self.at(gamma, 0), self.at(beta, 0), u(batch), u(n), u(d))
     }
 
     fn split_heads_rope(&self, spec: &RopeSpec, src: &CudaBuf, cos: &CudaBuf, sin: &CudaBuf, dst: &mut CudaBuf) -> Result<()> {
         spec.validate(src.len, cos.len, sin.len, dst.len)?;
         let RopeSpec { batch, n, heads, head_dim: hd, rope_heads, src: rows } = *spec;
         let pairs = batch * n * heads * (hd / 2);
-        let args = [
+        self.k().split_heads_rope(
+            each(pairs),
             self.at(src, 0),
             self.at(cos, 0),
             self.at(sin, 0),
             self.at(dst, 0),
-            Self::u(batch),
-            Self::u(n),
-            Self::u(heads),
-            Self::u(hd),
-            Self::u(rope_heads),
-            Self::u(rows.offset),
-            Self::u(rows.row_stride),
-        ];
-        self.elementwise("split_heads_rope", pairs, &args)
+            u(batch),
+            u(n),
+            u(heads),
+            u(hd),
+            u(rope_heads),
+            u(rows.offset),
+            u(rows.row_stride),
+        )
     }
 
     fn merge_heads(&self, src: &CudaBuf, batch: usize, n: usize, heads: usize, hd: usize, dst: &mut CudaBuf) -> Result<()> {
         let total = check::merge_heads(batch, n, heads, hd, src.len, dst.len)?;
-        let args = [self.at(src, 0), self.at(dst, 0), Self::u(batch), Self::u(n), Self::u(heads), Self::u(hd)];
-        self.elementwise("merge_heads", total, &args)
+        self.k().merge_heads(each(total), self.at(src, 0), self.at(dst, 0), u(batch), u(n), u(heads), u(hd))
     }
 
     fn conv1d(&self, spec: &Conv1dSpec, x: &CudaBuf, weight: &CudaBuf, bias: Option<&CudaBuf>, y: &mut CudaBuf) -> Result<()> {
@@ -692,14 +713,13 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let (pb, has_bias) = match bias {
-            Some(b) => (self.at(b, 0), Arg::I32(1)),
-            None => (Arg::U64(0), Arg::I32(0)),
+            Some(b) => (self.at(b, 0), 1),
+            None => (DevPtr::NULL, 0),
         };
         let (px, pw, py) = (self.at(x, 0), self.at(weight, 0), self.at(y, 0));
         let total = batch * n_out * c_out;
         if groups == c_in && c_out == c_in {
-            let args = [px, pw, pb, py, Self::u(batch), Self::u(n), Self::u(c_in), Self::u(kernel), Self::u(pad), Self::u(n_out), has_bias];
-            return self.elementwise("conv1d_depthwise", total, &args);
+            return self.k().conv1d_depthwise(each(total), px, pw, pb, py, u(batch), u(n), u(c_in), u(kernel), u(pad), u(n_out), has_bias);
         }
         // The tiled kernel stages kernel + 31 input rows per block (see kernels/conv.cu).
         const TILE: usize = 32;
@@ -713,66 +733,66 @@ impl Backend for CudaBackend {
                 block_dim: (32, 8, 1),
                 shared_mem_bytes: 0,
             };
-            let args = [
+            return self.k().conv1d_grouped(
+                cfg,
                 px,
                 pw,
                 pb,
                 py,
-                Self::u(n),
-                Self::u(c_in),
-                Self::u(c_out),
-                Self::u(kernel),
-                Self::u(pad),
-                Self::u(groups),
-                Self::u(n_out),
-                Self::u(tiles_per_group),
+                u(n),
+                u(c_in),
+                u(c_out),
+                u(kernel),
+                u(pad),
+                u(groups),
+                u(n_out),
+                u(tiles_per_group),
                 has_bias,
-            ];
-            return self.launch("conv1d_grouped", cfg, &args);
+            );
         }
-        let args = [
+        self.k().conv1d_direct(
+            each(total),
             px,
             pw,
             pb,
             py,
-            Self::u(batch),
-            Self::u(n),
-            Self::u(c_in),
-            Self::u(c_out),
-            Self::u(kernel),
-            Self::u(pad),
-            Self::u(groups),
-            Self::u(n_out),
+            u(batch),
+            u(n),
+            u(c_in),
+            u(c_out),
+            u(kernel),
+            u(pad),
+            u(groups),
+            u(n_out),
             has_bias,
-        ];
-        self.elementwise("conv1d_direct", total, &args)
+        )
     }
 
     fn activation(&self, act: Activation, x: &mut CudaBuf, len: usize) -> Result<()> {
         check::elementwise("activation", len, x.len)?;
-        let name = match act {
-            Activation::GeluErf => "gelu_erf",
-            Activation::GeluTanh => "gelu_tanh",
-            Activation::Silu => "silu",
-            Activation::Mish => "mish",
-            other => return seq_ops::activation(self, other, x, len),
-        };
-        self.elementwise(name, len, &[self.at(x, 0), Self::u(len)])
+        let (k, px) = (self.k(), self.at(x, 0));
+        match act {
+            Activation::GeluErf => k.gelu_erf(each(len), px, u(len)),
+            Activation::GeluTanh => k.gelu_tanh(each(len), px, u(len)),
+            Activation::Silu => k.silu(each(len), px, u(len)),
+            Activation::Mish => k.mish(each(len), px, u(len)),
+            other => seq_ops::activation(self, other, x, len),
+        }
     }
 
     fn cfg_combine(&self, pred: &CudaBuf, half: usize, strength: f32, out: &mut CudaBuf) -> Result<()> {
         check::cfg_combine(half, pred.len, out.len)?;
-        self.elementwise("cfg_combine", half, &[self.at(pred, 0), self.at(out, 0), Self::u(half), Arg::F32(strength)])
+        self.k().cfg_combine(each(half), self.at(pred, 0), self.at(out, 0), u(half), strength)
     }
 
     fn axpy(&self, a: f32, x: &CudaBuf, y: &mut CudaBuf, len: usize) -> Result<()> {
         check::axpy(len, x.len, y.len)?;
-        self.elementwise("axpy", len, &[Arg::F32(a), self.at(x, 0), self.at(y, 0), Self::u(len)])
+        self.k().axpy(each(len), a, self.at(x, 0), self.at(y, 0), u(len))
     }
 
     fn mask_rows(&self, x: &mut CudaBuf, rows: usize, d: usize, keep: &CudaBuf) -> Result<()> {
         let total = check::mask_rows(rows, d, x.len, keep.len)?;
-        self.elementwise("mask_rows", total, &[self.at(x, 0), self.at(keep, 0), Self::u(total), Self::u(d)])
+        self.k().mask_rows(each(total), self.at(x, 0), self.at(keep, 0), u(total), u(d))
     }
 
     fn concat_features(&self, parts: &[(&CudaBuf, usize)], rows: usize, out: &mut CudaBuf) -> Result<()> {
@@ -780,8 +800,7 @@ impl Backend for CudaBackend {
         let width = check::concat_features(&lens, rows, out.len)?;
         let mut at = 0;
         for (p, w) in parts {
-            let args = [self.at(p, 0), Self::u(*w), self.at(out, at), Self::u(width), Self::u(rows), Self::u(*w)];
-            self.elementwise("copy_rows", rows * w, &args)?;
+            self.k().copy_rows(each(rows * w), self.at(p, 0), u(*w), self.at(out, at), u(width), u(rows), u(*w))?;
             at += w;
         }
         Ok(())
@@ -792,16 +811,23 @@ impl Backend for CudaBackend {
         if ids.is_empty() || dim == 0 {
             return Ok(());
         }
+        self.refuse_in_capture("embedding", "copies the ids from host memory")?;
+        let _op = self.gate.enter()?;
         let mut dev_ids = self.device_alloc::<u32>(ids.len(), "embedding ids")?;
         self.stream.memcpy_htod(ids, &mut dev_ids).map_err(dev_err("embedding ids upload"))?;
-        let args = [self.at(table, 0), Arg::U64(self.addr(&dev_ids, 0, 4)), self.at(out, 0), Self::u(ids.len()), Self::u(dim)];
-        self.elementwise("embedding", ids.len() * dim, &args)
+        self.k().embedding(
+            each(ids.len() * dim),
+            self.at(table, 0),
+            DevPtr(self.addr(&dev_ids, 0, 4)),
+            self.at(out, 0),
+            u(ids.len()),
+            u(dim),
+        )
     }
 
     fn polar_spectrum(&self, h: &CudaBuf, frames: usize, bins: usize, mag_max: f32, re: &mut CudaBuf, im: &mut CudaBuf) -> Result<()> {
         let half = check::polar_spectrum(frames, bins, h.len, re.len, im.len)?;
-        let args = [self.at(h, 0), self.at(re, 0), self.at(im, 0), Self::u(frames), Self::u(bins), Arg::F32(mag_max)];
-        self.elementwise("polar_spectrum", half, &args)
+        self.k().polar_spectrum(each(half), self.at(h, 0), self.at(re, 0), self.at(im, 0), u(frames), u(bins), mag_max)
     }
 
     fn conv_transpose1d(

@@ -38,7 +38,7 @@ macro_rules! module {
 
 /// Every module and every entry point; `tests::every_ptx_entry_is_registered` checks this list
 /// against the PTX so a kernel cannot exist without a caller (and its CPU twin) or vice versa.
-pub(crate) fn modules() -> [Module; 5] {
+pub(crate) fn modules() -> [Module; 6] {
     [
         module!("norm", ["layer_norm_plain", "layer_norm_affine", "adaln_modulate", "grn_col_norm", "grn_factor", "grn_apply"]),
         module!(
@@ -55,12 +55,35 @@ pub(crate) fn modules() -> [Module; 5] {
                 "mask_rows",
                 "polar_spectrum",
                 "add_bias_rows",
+                "zero_rows",
                 "f32_to_bf16",
             ]
         ),
         module!("layout", ["split_heads_rope", "merge_heads", "copy_rows", "embedding"]),
         module!("conv", ["conv1d_depthwise", "conv1d_grouped", "conv1d_direct"]),
         module!("attention", ["attention_d64", "attention_le32", "attention_le64"]),
+        module!(
+            "seq",
+            [
+                "conv1d_general",
+                "conv_transpose1d",
+                "lstm_seq",
+                "instance_norm",
+                "snake",
+                "upsample_nearest",
+                "interpolate_linear",
+                "pad1d",
+                "cumsum_f64",
+                "stft_direct",
+                "istft_direct",
+                "leaky_relu",
+                "sigmoid_act",
+                "tanh_act",
+                "sin_act",
+                "exp_act",
+                "scale_act",
+            ]
+        ),
     ]
 }
 

@@ -92,3 +92,93 @@ fn graph_replay_repeats_the_ops() {
     graph.replay().unwrap();
     assert_eq!(gpu.download(&y).unwrap(), vec![4.0, 8.0, 12.0]);
 }
+
+/// A graph keeps the bf16 scratch it recorded: capture a small bf16 GEMM (the activation is
+/// staged through scratch), let a longer eager bf16 GEMM grow the scratch (which would free the
+/// recorded one if nothing pinned it), then replay and compare with the eager result of the same
+/// small GEMM. Freed-and-reused scratch shows up as a wrong result or an illegal address.
+#[test]
+fn graph_keeps_its_bf16_scratch_across_a_larger_eager_gemm() {
+    let Some(gpu) = device(CudaOptions { weights: WeightPrecision::Bf16 }, "graph_keeps_its_bf16_scratch") else {
+        return;
+    };
+    let (m, k, n) = (4, 64, 8);
+    let spec = GemmSpec::linear(m, k, n);
+    let x = gpu.upload(&values(m * k, 11)).unwrap();
+    let w = gpu.upload_weight(&values(n * k, 12)).unwrap();
+    let mut y = gpu.alloc(m * n).unwrap();
+    gpu.gemm(&spec, &x, &w, None, &mut y).unwrap(); // eager first: scratch exists before capture
+    let want = gpu.download(&y).unwrap();
+    gpu.fill(&mut y, 0, m * n, 0.0).unwrap();
+    let graph = gpu.capture(|| gpu.gemm(&spec, &x, &w, None, &mut y)).unwrap();
+
+    // 64× the activation: the scratch must grow past what the graph recorded.
+    let (m2, k2, n2) = (256, 1024, 64);
+    let big = GemmSpec::linear(m2, k2, n2);
+    let (xb, wb) = (gpu.upload(&values(m2 * k2, 13)).unwrap(), gpu.upload_weight(&values(n2 * k2, 14)).unwrap());
+    let mut yb = gpu.alloc(m2 * n2).unwrap();
+    gpu.gemm(&big, &xb, &wb, None, &mut yb).unwrap();
+    gpu.synchronize().unwrap();
+
+    graph.replay().unwrap();
+    assert_eq!(gpu.download(&y).unwrap(), want, "the replayed GEMM must equal the eager one");
+    drop(graph);
+    // With the graph gone the retired scratch is released; the backend keeps working.
+    gpu.gemm(&big, &xb, &wb, None, &mut yb).unwrap();
+    gpu.synchronize().unwrap();
+}
+
+/// A scratch that would have to grow inside a capture is refused with advice, not allocated.
+#[test]
+fn capture_refuses_to_grow_scratch() {
+    let Some(gpu) = device(CudaOptions { weights: WeightPrecision::Bf16 }, "capture_refuses_to_grow_scratch") else {
+        return;
+    };
+    let spec = GemmSpec::linear(3, 16, 4);
+    let x = gpu.upload(&values(3 * 16, 1)).unwrap();
+    let w = gpu.upload_weight(&values(4 * 16, 2)).unwrap();
+    let mut y = gpu.alloc(12).unwrap();
+    let err = gpu.capture(|| gpu.gemm(&spec, &x, &w, None, &mut y)).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("eagerly before capturing"), "{err}");
+    // The stream left capture mode: eager work runs.
+    gpu.gemm(&spec, &x, &w, None, &mut y).unwrap();
+    gpu.synchronize().unwrap();
+}
+
+/// Ops that copy host data (the LSTM's lengths, the embedding's ids) cannot be recorded: the
+/// capture fails with a message naming the op, and the backend stays usable.
+#[test]
+fn capture_refuses_host_copies() {
+    let Some(gpu) = device(CudaOptions::default(), "capture_refuses_host_copies") else {
+        return;
+    };
+    let table = gpu.upload(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let mut out = gpu.alloc(2).unwrap();
+    let err = gpu.capture(|| gpu.embedding(&table, 2, &[1], &mut out)).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("embedding cannot be captured"), "{err}");
+    let spec = crate::LstmSpec { batch: 1, n: 1, hidden: 1, reverse: false, out: crate::StridedRows { offset: 0, row_stride: 1 } };
+    let (gx, whh) = (gpu.upload(&[0.5; 4]).unwrap(), gpu.upload(&[0.1; 4]).unwrap());
+    let mut h = gpu.alloc(1).unwrap();
+    let err = gpu.capture(|| gpu.lstm(&spec, &[1], &gx, &whh, None, &mut h)).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("lstm cannot be captured"), "{err}");
+    gpu.embedding(&table, 2, &[1], &mut out).unwrap();
+    assert_eq!(gpu.download(&out).unwrap(), vec![3.0, 4.0]);
+}
+
+/// GRN reuses its norm scratch, so a ConvNeXt block can be captured once it has run eagerly.
+#[test]
+fn grn_replays_from_a_graph() {
+    let Some(gpu) = device(CudaOptions::default(), "grn_replays_from_a_graph") else {
+        return;
+    };
+    let (batch, n, d) = (2, 5, 7);
+    let x0 = values(batch * n * d, 5);
+    let (gamma, beta) = (gpu.upload(&values(d, 6)).unwrap(), gpu.upload(&values(d, 7)).unwrap());
+    let mut x = gpu.upload(&x0).unwrap();
+    gpu.grn(&mut x, batch, n, d, &gamma, &beta, 1e-6).unwrap();
+    let want = gpu.download(&x).unwrap();
+    gpu.write(&mut x, 0, &x0).unwrap();
+    let graph = gpu.capture(|| gpu.grn(&mut x, batch, n, d, &gamma, &beta, 1e-6)).unwrap();
+    graph.replay().unwrap();
+    assert_eq!(gpu.download(&x).unwrap(), want);
+}
