@@ -236,7 +236,9 @@ extern "C" __global__ void interpolate_linear(const float* x, float* out, u64 ba
         const u64 i1 = i0 + 1 < n_in ? i0 + 1 : i0;
         const float l1 = __fsub_rn(src, (float)i0);
         const float l0 = __fsub_rn(1.0f, l1);
-        out[e] = __fadd_rn(__fmul_rn(l0, x[(b * n_in + i0) * c + j]), __fmul_rn(l1, x[(b * n_in + i1) * c + j]));
+        // fma(t0, w0, t1·w1): PyTorch's x86 build contracts `t0*w0 + t1*w1` this way, and the CPU
+        // twin computes the same (Kokoro's source interpolates ~1e4-rad phases: ulps matter).
+        out[e] = __fmaf_rn(x[(b * n_in + i0) * c + j], l0, __fmul_rn(x[(b * n_in + i1) * c + j], l1));
     }
 }
 
