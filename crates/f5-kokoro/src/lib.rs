@@ -96,3 +96,8 @@ impl<'a> Trace<'a> {
         }
     }
 }
+
+/// The README's example, compiled as a doctest so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
