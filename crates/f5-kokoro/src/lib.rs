@@ -29,6 +29,7 @@ pub mod voice;
 pub use config::KokoroConfig;
 pub use inspect::{inspect, KokoroSummary};
 pub use model::{Aligned, Kokoro, Speech};
+pub use prosody::frames_from_logits;
 pub use voice::{parse_voice_mix, VoicePack};
 
 use f5_gpukit::Backend;

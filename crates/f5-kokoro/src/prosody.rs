@@ -1,6 +1,6 @@
 //! The prosody predictor: duration encoder, durations, and the F0 / energy (N) curves.
 
-use f5_gpukit::{Activation, Backend, Conv1dSpec};
+use f5_gpukit::{Backend, Conv1dSpec};
 use f5_nn::{BiLstm, Conv1d, Linear, Scope};
 
 use crate::blocks::{buffer, AdaLayerNorm, AdainResBlk};
@@ -99,10 +99,8 @@ impl<B: Backend> Prosody<B> {
         let mut logits = buffer(kit, t, self.max_dur)?;
         self.duration_proj.apply(kit, &h, t, &mut logits)?;
         trace.emit(kit, "duration_logits", &logits)?;
-        kit.activation(Activation::Sigmoid, &mut logits, t * self.max_dur)?;
-        let probs = kit.download(&logits)?;
-        let raw: Vec<f32> = probs[..t * self.max_dur].chunks(self.max_dur).map(|row| row.iter().sum::<f32>() / speed).collect();
-        let frames = raw.iter().map(|&v| (v.round_ties_even().max(1.0)) as usize).collect();
+        let logits = kit.download(&logits)?;
+        let (raw, frames) = frames_from_logits(&logits[..t * self.max_dur], self.max_dur, speed);
         Ok(Durations { d: x, raw, frames })
     }
 
@@ -135,4 +133,13 @@ impl<B: Backend> Prosody<B> {
         let (n, _) = branch(&self.n, &self.n_proj)?;
         Ok((f0, n, m))
     }
+}
+
+/// Frames per token from the duration logits `[T, max_dur]`: `Σ sigmoid / speed`, rounded half to
+/// even as `torch.round` does (2.5 → 2, 3.5 → 4), at least 1. Returns the unrounded values too.
+pub fn frames_from_logits(logits: &[f32], max_dur: usize, speed: f32) -> (Vec<f32>, Vec<usize>) {
+    let raw: Vec<f32> =
+        logits.chunks(max_dur.max(1)).map(|row| row.iter().map(|&v| 1.0 / (1.0 + (-v).exp())).sum::<f32>() / speed).collect();
+    let frames = raw.iter().map(|&v| v.round_ties_even().max(1.0) as usize).collect();
+    (raw, frames)
 }
