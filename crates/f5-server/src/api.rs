@@ -57,6 +57,10 @@ impl AppState {
         AppState { config, model_ids, store, voices: VoiceCache::default(), engine, requests: AtomicU64::new(0), uploads }
     }
 
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
     fn model_id(&self, index: usize) -> &str {
         self.model_ids.get(index).map(String::as_str).unwrap_or_default()
     }
@@ -195,7 +199,8 @@ impl<T: DeserializeOwned> FromRequest<Shared> for JsonBody<T> {
             return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the body as JSON with Content-Type: application/json"));
         }
         let limit = state.config.max_json_bytes;
-        let bytes = read_body_capped(req.into_body(), limit, limit.saturating_mul(DRAIN_FACTOR), "send less text per request").await?;
+        let read = read_body_capped(req.into_body(), limit, limit.saturating_mul(DRAIN_FACTOR), "send less text per request");
+        let bytes = within_body_timeout(state, read).await?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}")))
     }
 }
@@ -203,6 +208,18 @@ impl<T: DeserializeOwned> FromRequest<Shared> for JsonBody<T> {
 fn is_json(headers: &HeaderMap) -> bool {
     let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
     value.split(';').next().is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// A body must arrive whole within `body_timeout`: a client trickling bytes would otherwise hold
+/// its connection (and, for an upload, an upload slot) for as long as it likes.
+async fn within_body_timeout(
+    state: &AppState,
+    read: impl std::future::Future<Output = Result<Vec<u8>, ApiError>>,
+) -> Result<Vec<u8>, ApiError> {
+    let limit = state.config.body_timeout;
+    tokio::time::timeout(limit, read).await.unwrap_or_else(|_| {
+        Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("the request body did not arrive within {} s", limit.as_secs())))
+    })
 }
 
 /// Reads a body of at most `limit` bytes. A larger one is refused with 413, but only after
@@ -451,7 +468,8 @@ async fn add_voice(State(state): State<Shared>, req: Request) -> Result<(StatusC
     let _permit = state.uploads.acquire().await.map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping"))?;
     let form_limit = upload_form_limit(&state.config);
     let (parts, body) = req.into_parts();
-    let form = read_body_capped(body, form_limit, form_limit.saturating_mul(4), "use a shorter recording (10 s is plenty)").await?;
+    let read = read_body_capped(body, form_limit, form_limit.saturating_mul(4), "use a shorter recording (10 s is plenty)");
+    let form = within_body_timeout(&state, read).await?;
     let req = Request::from_parts(parts, axum::body::Body::from(form));
     let mut multipart = Multipart::from_request(req, &state).await.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
     let (mut id, mut transcript, mut audio, mut replace) = (None, None, None, false);

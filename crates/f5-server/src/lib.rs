@@ -18,6 +18,7 @@
 //! ```
 
 mod api;
+mod conn;
 mod engine;
 
 use std::future::Future;
@@ -294,11 +295,16 @@ impl Server {
     /// stops the model thread.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
         let app = api::router(self.state.clone());
-        let served = axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await;
+        let limits = conn::Limits {
+            header_timeout: self.state.config().header_timeout,
+            idle_timeout: self.state.config().idle_timeout,
+            max_connections: self.state.config().max_connections,
+        };
+        conn::serve(self.listener, app, limits, shutdown).await;
         self.state.engine.stop();
         let thread = self.model_thread;
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        served.map_err(ServerError::Io)
+        Ok(())
     }
 }
 

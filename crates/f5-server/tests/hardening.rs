@@ -276,3 +276,65 @@ async fn concurrent_replace_and_delete_of_one_voice() {
     assert!(names.iter().all(|n| n == VOICE), "only voices are left: {names:?}");
     s.shutdown().await;
 }
+
+/// Slow or silent clients do not hold connections: an unfinished request head is dropped after
+/// the header timeout, a kept-alive connection after the idle timeout, a body that does not
+/// arrive is answered 408; with the connection cap taken by stalled clients, a new client is
+/// served once they are dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = start_with(
+        |c| {
+            c.header_timeout = Duration::from_secs(1);
+            c.idle_timeout = Duration::from_secs(1);
+            c.body_timeout = Duration::from_secs(1);
+            c.max_connections = 2;
+        },
+        false,
+    )
+    .await;
+    // Read until the server closes; None if it is still open after 20 s.
+    async fn closed_within(mut conn: tokio::net::TcpStream) -> Option<(Duration, String)> {
+        let started = Instant::now();
+        let mut buf = Vec::new();
+        match tokio::time::timeout(Duration::from_secs(20), conn.read_to_end(&mut buf)).await {
+            Ok(_) => Some((started.elapsed(), String::from_utf8_lossy(&buf).into_owned())),
+            Err(_) => None,
+        }
+    }
+    // Half a request head, then nothing.
+    let mut slow = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
+    let (after, _) = closed_within(slow).await.expect("a stalled request head is dropped");
+    assert!(after >= Duration::from_millis(900), "dropped only for being slow: {after:?}");
+    // A whole request on a kept-alive connection, answered, then nothing.
+    let mut idle = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    idle.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.unwrap();
+    let (_, answer) = closed_within(idle).await.expect("an idle kept-alive connection is closed");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // A body announced and never sent.
+    let mut no_body = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    no_body
+        .write_all(b"POST /tts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        .await
+        .unwrap();
+    let (_, answer) = closed_within(no_body).await.expect("a missing body ends the request");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    // Both connection slots taken by clients that send nothing: the next client waits for them
+    // to be dropped, then is served.
+    let stalled: Vec<_> = futures_connect(s.addr, 2).await;
+    let c = client();
+    let r = c.get(s.url("/health")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    drop(stalled);
+    s.shutdown().await;
+}
+
+async fn futures_connect(addr: std::net::SocketAddr, n: usize) -> Vec<tokio::net::TcpStream> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    out
+}
