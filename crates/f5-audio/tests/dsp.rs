@@ -388,3 +388,28 @@ fn limited_decode_stops_at_the_limit() {
     // Devices and FIFOs are refused before they are read.
     assert!(matches!(read_regular_file(std::path::Path::new("/dev/zero"), 1 << 20), Err(AudioError::Io { .. })));
 }
+
+mod limited_decode_fuzz {
+    use f5_audio::decode::{decode_bytes_limited, DecodeLimit};
+    use proptest::prelude::*;
+
+    /// The containers' magic numbers, so the fuzzed bytes reach the parsers, not the sniffing.
+    const MAGICS: [&[u8]; 4] = [b"fLaC", b"OggS", b"ID3\x03", b"RIFF\x24\x00\x00\x00WAVEfmt "];
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        /// Arbitrary bytes behind a container's magic: an error or audio within the limit,
+        /// never a panic and never more frames than the limit allows.
+        #[test]
+        fn arbitrary_bytes_decode_within_the_limit(magic in 0usize..4, tail in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let mut bytes = MAGICS[magic].to_vec();
+            bytes.extend_from_slice(&tail);
+            let limit = DecodeLimit { max_seconds: 0.5, max_samples: 1 << 16 };
+            if let Ok(d) = decode_bytes_limited(&bytes, "fuzz", None, limit) {
+                let frames = d.audio.len() as f64;
+                prop_assert!(frames <= (0.5 * f64::from(d.audio.sample_rate)).ceil().max(1.0));
+                prop_assert!(d.audio.len() * d.audio.channel_count() <= 1 << 16);
+            }
+        }
+    }
+}
