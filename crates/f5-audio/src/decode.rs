@@ -87,11 +87,97 @@ pub fn mix_to_mono(channels: &[Vec<f32>]) -> Vec<f32> {
     }
 }
 
-/// Reads and decodes an audio file.
+/// Largest audio file [`decode_file`] reads: far beyond any real recording, small enough that a
+/// wrong path (a disk image, `/dev/zero` behind a symlink) fails at once instead of filling memory.
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
+/// Reads and decodes an audio file (a regular file of at most [`MAX_FILE_BYTES`]).
 pub fn decode_file(path: &Path) -> Result<DecodedAudio> {
-    let bytes = std::fs::read(path).map_err(|source| AudioError::Io { path: path.to_path_buf(), source })?;
+    let bytes = read_regular_file(path, MAX_FILE_BYTES)?;
     let ext = path.extension().and_then(|e| e.to_str());
     decode_bytes(&bytes, &path.display().to_string(), ext)
+}
+
+/// How much audio to decode, chosen by what the audio is for. Compressed audio can expand a
+/// thousandfold (a minute of FLAC holding one value is a few kilobytes), so the byte size of an
+/// upload says nothing about its decoded size; this bounds the decoded size itself.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecodeLimit {
+    /// Frames beyond this many seconds at the file's own rate are not decoded.
+    pub max_seconds: f64,
+    /// Samples of all channels together, whatever the rate: bounds the memory of a file with a
+    /// very high rate or many channels (4 bytes each).
+    pub max_samples: u64,
+}
+
+impl DecodeLimit {
+    /// A voice reference. The model hears at most 12 s (the silence-aware clip looks a little
+    /// further for a pause), so 30 s is plenty; 16 Mi samples is 64 MiB of f32, 30 s of 48 kHz
+    /// audio in 11 channels.
+    pub const REFERENCE: DecodeLimit = DecodeLimit { max_seconds: 30.0, max_samples: 16 << 20 };
+
+    /// Frames to keep of audio at `rate` with `channels` channels.
+    fn frames(&self, rate: u32, channels: usize) -> u64 {
+        let by_time = (self.max_seconds.max(0.0) * f64::from(rate)).ceil() as u64;
+        let by_memory = self.max_samples / channels.max(1) as u64;
+        by_time.min(by_memory).max(1)
+    }
+}
+
+/// Audio decoded under a [`DecodeLimit`].
+#[derive(Debug, Clone)]
+pub struct LimitedAudio {
+    pub audio: DecodedAudio,
+    /// The file held more than the limit; `audio` is its beginning.
+    pub cut: bool,
+}
+
+/// Decodes at most `limit` of an in-memory file, allocating no more than the limit allows
+/// whatever its header claims. See [`decode_bytes`] for `what` and `extension`.
+pub fn decode_bytes_limited(bytes: &[u8], what: &str, extension: Option<&str>, limit: DecodeLimit) -> Result<LimitedAudio> {
+    if bytes.is_empty() {
+        return Err(AudioError::EmptyInput { what: what.to_string() });
+    }
+    let decoded = if is_riff_wave(bytes) {
+        match decode_wav_hound(bytes, what, Some(limit)) {
+            Ok(d) => d,
+            Err(AudioError::UnsupportedFormat { .. }) => decode_symphonia(bytes, what, Some("wav"), Some(limit))?,
+            Err(e) => return Err(e),
+        }
+    } else {
+        decode_symphonia(bytes, what, extension, Some(limit))?
+    };
+    validate(&decoded.audio, what)?;
+    Ok(decoded)
+}
+
+/// Reads a file that must be a regular file of at most `max_bytes`. A FIFO or a device would
+/// block or never end (`/dev/zero`), so they are refused before they are opened, and the read
+/// itself stops one byte past the limit even if the file grows meanwhile.
+pub fn read_regular_file(path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let io = |source: std::io::Error| AudioError::Io { path: path.to_path_buf(), source };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(io(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file (a directory, FIFO or device)")));
+    }
+    let too_big = |len: u64| {
+        io(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{len} bytes or more; the limit is {max_bytes} bytes")))
+    };
+    if meta.len() > max_bytes {
+        return Err(too_big(meta.len()));
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max_bytes.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+fn is_riff_wave(bytes: &[u8]) -> bool {
+    bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE"
 }
 
 /// Decodes an in-memory file. `what` names it in errors; `extension` is a format hint.
@@ -99,15 +185,15 @@ pub fn decode_bytes(bytes: &[u8], what: &str, extension: Option<&str>) -> Result
     if bytes.is_empty() {
         return Err(AudioError::EmptyInput { what: what.to_string() });
     }
-    let decoded = if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
-        match decode_wav_hound(bytes, what) {
-            Ok(d) => d,
+    let decoded = if is_riff_wave(bytes) {
+        match decode_wav_hound(bytes, what, None) {
+            Ok(d) => d.audio,
             // hound refuses some valid layouts (64-bit float, odd chunk orders); symphonia may not.
-            Err(AudioError::UnsupportedFormat { .. }) => decode_symphonia(bytes, what, Some("wav"))?,
+            Err(AudioError::UnsupportedFormat { .. }) => decode_symphonia(bytes, what, Some("wav"), None)?.audio,
             Err(e) => return Err(e),
         }
     } else {
-        decode_symphonia(bytes, what, extension)?
+        decode_symphonia(bytes, what, extension, None)?.audio
     };
     validate(&decoded, what)?;
     Ok(decoded)
@@ -155,7 +241,7 @@ fn hound_error(e: hound::Error, what: &str) -> AudioError {
     }
 }
 
-fn decode_wav_hound(bytes: &[u8], what: &str) -> Result<DecodedAudio> {
+fn decode_wav_hound(bytes: &[u8], what: &str, limit: Option<DecodeLimit>) -> Result<LimitedAudio> {
     let reader = hound::WavReader::new(Cursor::new(bytes)).map_err(|e| hound_error(e, what))?;
     let spec = reader.spec();
     let n_ch = u32::from(spec.channels);
@@ -164,7 +250,13 @@ fn decode_wav_hound(bytes: &[u8], what: &str) -> Result<DecodedAudio> {
     }
     check_rate(spec.sample_rate, what)?;
     let n_ch = n_ch as usize;
-    let mut channels: Vec<Vec<f32>> = vec![Vec::new(); n_ch];
+    // The header's length is only a claim: it sizes nothing beyond what the bytes can hold.
+    let claimed = u64::from(reader.duration()).min(bytes.len() as u64);
+    let keep_frames = limit.map_or(u64::MAX, |l| l.frames(spec.sample_rate, n_ch));
+    let keep_samples = keep_frames.saturating_mul(n_ch as u64).min(usize::MAX as u64) as usize;
+    let cut = claimed > keep_frames;
+    let per_channel = claimed.min(keep_frames) as usize;
+    let mut channels: Vec<Vec<f32>> = (0..n_ch).map(|_| Vec::with_capacity(per_channel)).collect();
     let mut ints = None;
     let encoding = match spec.sample_format {
         hound::SampleFormat::Float => {
@@ -174,7 +266,7 @@ fn decode_wav_hound(bytes: &[u8], what: &str) -> Result<DecodedAudio> {
                     detail: format!("{}-bit float WAV", spec.bits_per_sample),
                 });
             }
-            for (i, s) in reader.into_samples::<f32>().enumerate() {
+            for (i, s) in reader.into_samples::<f32>().take(keep_samples).enumerate() {
                 let s = s.map_err(|e| hound_error(e, what))?;
                 channels[i % n_ch].push(s);
             }
@@ -187,8 +279,8 @@ fn decode_wav_hound(bytes: &[u8], what: &str) -> Result<DecodedAudio> {
             }
             // Power-of-two scale: exact in f32 for every bit depth.
             let scale = 1.0f64 / f64::from(1u32 << (bits - 1));
-            let mut raw = Vec::new();
-            for (i, s) in reader.into_samples::<i32>().enumerate() {
+            let mut raw = Vec::with_capacity(per_channel.saturating_mul(n_ch));
+            for (i, s) in reader.into_samples::<i32>().take(keep_samples).enumerate() {
                 let s = s.map_err(|e| hound_error(e, what))?;
                 channels[i % n_ch].push((f64::from(s) * scale) as f32);
                 raw.push(s);
@@ -205,14 +297,14 @@ fn decode_wav_hound(bytes: &[u8], what: &str) -> Result<DecodedAudio> {
     if let Some(raw) = ints.as_mut() {
         raw.truncate(frames * n_ch);
     }
-    Ok(DecodedAudio { sample_rate: spec.sample_rate, channels, encoding, wav_ints: ints })
+    Ok(LimitedAudio { audio: DecodedAudio { sample_rate: spec.sample_rate, channels, encoding, wav_ints: ints }, cut })
 }
 
 fn not_audio(what: &str, e: SymphoniaError) -> AudioError {
     AudioError::NotAudio { what: what.to_string(), detail: e.to_string() }
 }
 
-fn decode_symphonia(bytes: &[u8], what: &str, extension: Option<&str>) -> Result<DecodedAudio> {
+fn decode_symphonia(bytes: &[u8], what: &str, extension: Option<&str>, limit: Option<DecodeLimit>) -> Result<LimitedAudio> {
     let mss = MediaSourceStream::new(Box::new(Cursor::new(bytes.to_vec())), Default::default());
     let mut hint = Hint::new();
     if let Some(ext) = extension {
@@ -240,6 +332,8 @@ fn decode_symphonia(bytes: &[u8], what: &str, extension: Option<&str>) -> Result
     let mut encoding = SampleEncoding::Lossy;
     let mut total: u64 = 0;
     let mut interleaved: Vec<f32> = Vec::new();
+    let mut keep_frames = u64::MAX;
+    let mut cut = false;
     loop {
         let packet = match format.next_packet() {
             Ok(Some(p)) => p,
@@ -265,6 +359,10 @@ fn decode_symphonia(bytes: &[u8], what: &str, extension: Option<&str>) -> Result
             channels = vec![Vec::new(); n_ch];
             rate = buf.spec().rate();
             encoding = encoding_of(&buf, &params);
+            if let Some(l) = limit {
+                check_rate(rate, what)?;
+                keep_frames = l.frames(rate, n_ch);
+            }
         } else if channels.len() != n_ch {
             return Err(AudioError::ChannelMismatch {
                 detail: format!("{what}: channel count changed from {} to {n_ch} mid-stream", channels.len()),
@@ -276,14 +374,23 @@ fn decode_symphonia(bytes: &[u8], what: &str, extension: Option<&str>) -> Result
         }
         interleaved.clear();
         buf.copy_to_vec_interleaved(&mut interleaved);
-        for (i, &s) in interleaved.iter().enumerate() {
+        // Only as many frames as the limit leaves room for are kept; the rest of the stream is
+        // not decoded at all.
+        let have = channels.first().map_or(0, Vec::len) as u64;
+        let room = keep_frames.saturating_sub(have).min(usize::MAX as u64) as usize;
+        let take = room.saturating_mul(n_ch).min(interleaved.len());
+        for (i, &s) in interleaved.iter().take(take).enumerate() {
             channels[i % n_ch].push(s);
+        }
+        if take < interleaved.len() {
+            cut = true;
+            break;
         }
     }
     if channels.is_empty() {
         return Err(AudioError::NoSamples { what: what.to_string() });
     }
-    Ok(DecodedAudio { sample_rate: rate, channels, encoding, wav_ints: None })
+    Ok(LimitedAudio { audio: DecodedAudio { sample_rate: rate, channels, encoding, wav_ints: None }, cut })
 }
 
 fn encoding_of(buf: &GenericAudioBufferRef<'_>, params: &symphonia::core::codecs::audio::AudioCodecParameters) -> SampleEncoding {

@@ -366,3 +366,50 @@ fn peak_limit_scales_once() {
     assert_eq!(f5_audio::limit_peak(&mut y, 1.0), 1.0);
     assert_eq!(y, vec![0.5, -0.9]);
 }
+
+/// A limited decode keeps the first `max_seconds` and says it cut; within the limit it keeps
+/// everything and says it did not; the sample budget bounds many-channel files too.
+#[test]
+fn limited_decode_stops_at_the_limit() {
+    use f5_audio::decode::{decode_bytes_limited, read_regular_file, DecodeLimit};
+    let limit = DecodeLimit { max_seconds: 2.0, max_samples: 1 << 20 };
+    let long: Vec<u8> = (0..8000 * 5).flat_map(|i| ((i % 200) as i16 * 50).to_le_bytes()).collect();
+    let d = decode_bytes_limited(&wav_header(1, 8000, 16, &long), "long.wav", None, limit).unwrap();
+    assert!(d.cut);
+    assert_eq!(d.audio.len(), 16_000, "2 s at 8 kHz");
+    let short = &long[..8000 * 2 * 2];
+    let d = decode_bytes_limited(&wav_header(1, 8000, 16, short), "short.wav", None, limit).unwrap();
+    assert!(!d.cut);
+    assert_eq!(d.audio.len(), 16_000);
+    let tight = DecodeLimit { max_seconds: 100.0, max_samples: 4000 };
+    let d = decode_bytes_limited(&wav_header(2, 8000, 16, &long), "stereo.wav", None, tight).unwrap();
+    assert!(d.cut);
+    assert_eq!(d.audio.len(), 2000, "4000 samples over two channels");
+    // Devices and FIFOs are refused before they are read.
+    assert!(matches!(read_regular_file(std::path::Path::new("/dev/zero"), 1 << 20), Err(AudioError::Io { .. })));
+}
+
+mod limited_decode_fuzz {
+    use f5_audio::decode::{decode_bytes_limited, DecodeLimit};
+    use proptest::prelude::*;
+
+    /// The containers' magic numbers, so the fuzzed bytes reach the parsers, not the sniffing.
+    const MAGICS: [&[u8]; 4] = [b"fLaC", b"OggS", b"ID3\x03", b"RIFF\x24\x00\x00\x00WAVEfmt "];
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        /// Arbitrary bytes behind a container's magic: an error or audio within the limit,
+        /// never a panic and never more frames than the limit allows.
+        #[test]
+        fn arbitrary_bytes_decode_within_the_limit(magic in 0usize..4, tail in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let mut bytes = MAGICS[magic].to_vec();
+            bytes.extend_from_slice(&tail);
+            let limit = DecodeLimit { max_seconds: 0.5, max_samples: 1 << 16 };
+            if let Ok(d) = decode_bytes_limited(&bytes, "fuzz", None, limit) {
+                let frames = d.audio.len() as f64;
+                prop_assert!(frames <= (0.5 * f64::from(d.audio.sample_rate)).ceil().max(1.0));
+                prop_assert!(d.audio.len() * d.audio.channel_count() <= 1 << 16);
+            }
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! a non-zero exit status.
 
 mod device;
+mod limits;
 mod npy;
 mod phonemes_cmd;
 mod resolve;
@@ -30,7 +31,7 @@ enum Command {
     Synth(Box<synth_cmd::SynthArgs>),
     /// Run the daemon: HTTP API (POST /tts, /dialogue, /v1/audio/speech; voices; health) and a
     /// web page at /, one model thread behind a job queue.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Manage the voice store.
     #[command(subcommand)]
     Voices(VoicesCommand),
@@ -122,6 +123,38 @@ struct ServeArgs {
     /// Language of the texts, for the transcriber and the word comparison.
     #[arg(long)]
     language: Option<String>,
+    /// Most seconds of audio one request may make (estimated before it is queued; 413 above).
+    #[arg(long = "max-audio-seconds", default_value_t = 300.0)]
+    max_audio_seconds: f64,
+    /// Most seconds of audio one piece of text between sentence breaks may make (413 above).
+    #[arg(long = "max-chunk-seconds", default_value_t = 40.0)]
+    max_chunk_seconds: f64,
+    /// Seconds a job may take from being queued to its answer; past it, it stops (503).
+    #[arg(long = "job-timeout", default_value_t = 600)]
+    job_timeout: u64,
+    /// Voice uploads decoded at once; more wait.
+    #[arg(long = "max-uploads", default_value_t = 2)]
+    max_uploads: usize,
+    /// A web origin (scheme://host[:port]) besides the server's own that may POST and DELETE.
+    /// Repeat for several.
+    #[arg(long = "allow-origin")]
+    allow_origin: Vec<String>,
+    /// A host name clients may reach this server by besides localhost and IP addresses
+    /// (checked when no --token is set, against DNS rebinding). Repeat for several.
+    #[arg(long = "allowed-host")]
+    allowed_host: Vec<String>,
+    /// Seconds a client has to send a request's head.
+    #[arg(long = "header-timeout", default_value_t = 10)]
+    header_timeout: u64,
+    /// Seconds a client has to send a request's body.
+    #[arg(long = "body-timeout", default_value_t = 60)]
+    body_timeout: u64,
+    /// Seconds a kept-alive connection may sit idle.
+    #[arg(long = "idle-timeout", default_value_t = 60)]
+    idle_timeout: u64,
+    /// Open connections at once.
+    #[arg(long = "max-connections", default_value_t = 256)]
+    max_connections: usize,
 }
 
 #[derive(clap::Args)]
@@ -206,7 +239,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Voices(cmd) => voices(cmd),
-        Command::Serve(a) => serve(a),
+        Command::Serve(a) => serve(*a),
         Command::Tokens { vocab, file, show_tokens } => tokens(&vocab, &file, show_tokens),
         Command::Chunks { file, max_bytes } => {
             for chunk in f5_text::chunk_text(&read_text(&file)?, max_bytes) {
@@ -221,15 +254,11 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    if path == Path::new("-") {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("cannot read standard input as UTF-8")?;
-        return Ok(s);
-    }
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {} as UTF-8 text", path.display()))
+    limits::read_text(path)
 }
 
 fn tokens(vocab: &Path, file: &Path, show_tokens: bool) -> Result<()> {
+    limits::require_regular_file(vocab, "vocabulary")?;
     let vocab = f5_text::Vocab::load(vocab)?;
     let text = read_text(file)?;
     let mut out = String::new();
@@ -248,6 +277,7 @@ fn tokens(vocab: &Path, file: &Path, show_tokens: bool) -> Result<()> {
 }
 
 fn mel(input: &Path, output: &Path, raw: bool) -> Result<()> {
+    limits::require_regular_file(input, "recording")?;
     let audio = f5_audio::decode_file(input)?;
     let wave = if raw { f5_audio::resample_to_24k(&audio.to_mono(), audio.sample_rate)? } else { f5_audio::prepare_reference(&audio)?.0 };
     let mel = f5_audio::MelSpectrogram::new().log_mel(&wave)?;
@@ -302,6 +332,7 @@ fn inspect_vocos(path: &Path, container: &str, v: &f5_vocos::VocosConfig, json: 
 }
 
 fn vocode(a: &VocodeArgs) -> Result<()> {
+    limits::require_regular_file(&a.input, "mel file")?;
     let (shape, mel) = npy::read_f32(&a.input)?;
     let vocos = f5_vocos::Vocos::open(resolve::vocoder(&resolve::hub(false), &a.vocoder)?, f5_gpukit::CpuBackend::new())?;
     let channels = vocos.config().mel_channels as u64;
@@ -355,8 +386,18 @@ fn serve(a: ServeArgs) -> Result<()> {
     config.token = a.token.filter(|t| !t.is_empty());
     config.unload_after = a.unload_after.map(std::time::Duration::from_secs);
     config.queue_capacity = a.queue;
-    config.threads = a.threads;
+    config.threads = limits::clamp_threads(a.threads);
     config.device = device;
+    config.max_audio_seconds = a.max_audio_seconds;
+    config.max_chunk_seconds = a.max_chunk_seconds;
+    config.job_timeout = std::time::Duration::from_secs(a.job_timeout);
+    config.max_concurrent_uploads = a.max_uploads;
+    config.allowed_origins = a.allow_origin;
+    config.allowed_hosts = a.allowed_host;
+    config.header_timeout = std::time::Duration::from_secs(a.header_timeout);
+    config.body_timeout = std::time::Duration::from_secs(a.body_timeout);
+    config.idle_timeout = std::time::Duration::from_secs(a.idle_timeout);
+    config.max_connections = a.max_connections;
     config.transcriber = a.transcriber;
     config.language = a.language;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
@@ -416,12 +457,10 @@ fn voices(cmd: VoicesCommand) -> Result<()> {
             }
         }
         VoicesCommand::Add { id, audio, transcript, replace } => {
-            let bytes = std::fs::read(&audio).with_context(|| format!("cannot read {}", audio.display()))?;
+            let bytes = f5_audio::decode::read_regular_file(&audio, f5_synth::store::MAX_AUDIO_BYTES as u64)?;
             let ext = audio.extension().and_then(|e| e.to_str()).unwrap_or("wav");
-            // Prove the voice is usable (not silent, long enough) before storing it.
-            let decoded = f5_audio::decode_bytes(&bytes, &audio.display().to_string(), Some(ext))?;
-            f5_synth::Voice::from_audio(&decoded, &transcript, f5_audio::level::TARGET_RMS)?;
-            let e = store.add(&id, &transcript, &bytes, ext, replace)?;
+            // The store proves the voice usable (decodes, not silent, long enough) before storing it.
+            let e = store.add(&id, &transcript, &bytes, ext, replace).with_context(|| format!("{}", audio.display()))?;
             eprintln!("added voice {} ({})", e.id, e.audio.display());
         }
         VoicesCommand::Remove { id } => {
@@ -443,6 +482,7 @@ fn inspect(name: &str, json: bool) -> Result<()> {
         }
     };
     let path = path.as_path();
+    limits::require_regular_file(path, "checkpoint")?;
     let ckpt = f5_torchpt::Checkpoint::open(path)?;
     let container = match ckpt.format() {
         f5_torchpt::Format::Safetensors => "safetensors",

@@ -46,12 +46,16 @@ pub fn model(hub: &Hub, name: &str, vocab: Option<&str>) -> Result<(PathBuf, Pat
     let Some(vocab) = r.vocab else {
         bail!("model {name:?}: no vocab.txt beside {}; name one with --vocab", r.checkpoint.display());
     };
+    crate::limits::require_regular_file(&r.checkpoint, "checkpoint")?;
+    crate::limits::require_regular_file(&vocab, "vocabulary")?;
     Ok((r.checkpoint, vocab))
 }
 
 /// The vocoder weights (its config.yaml, when there is one, sits beside them).
 pub fn vocoder(hub: &Hub, name: &str) -> Result<PathBuf> {
-    Ok(hub.resolve_vocoder(name).with_context(|| format!("vocoder {name:?}"))?.weights)
+    let weights = hub.resolve_vocoder(name).with_context(|| format!("vocoder {name:?}"))?.weights;
+    crate::limits::require_regular_file(&weights, "vocoder")?;
+    Ok(weights)
 }
 
 /// A voice: a directory (`reference.*` + `config.json`), or an id in the voice store.

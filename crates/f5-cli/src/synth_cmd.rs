@@ -133,7 +133,12 @@ fn load_voice(args: &SynthArgs) -> Result<Voice> {
     if !(args.target_rms.is_finite() && args.target_rms > 0.0 && args.target_rms <= 1.0) {
         bail!("--target-rms must be in (0, 1], got {}", args.target_rms);
     }
-    Ok(Voice::load(&audio, &transcript, args.target_rms)?)
+    let (voice, cut) = Voice::load_capped(&audio, &transcript, args.target_rms)?;
+    if cut {
+        let seconds = f5_audio::decode::DecodeLimit::REFERENCE.max_seconds;
+        eprintln!("f5: {} is longer than {seconds} s; only its first {seconds} s were read (3–12 s of speech is best)", audio.display());
+    }
+    Ok(voice)
 }
 
 /// The official CLI's multi-voice text: `[name]` starts a piece spoken by voice `name` (a store
@@ -191,8 +196,14 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let started = Instant::now();
     let paths = ModelPaths { model: model_path, vocab: vocab_path, vocoder: vocoder_path };
     match f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)? {
-        f5_gpukit::DeviceChoice::Cpu => run_on(CpuBackend::with_threads(args.threads)?, args, text, ext, paths, started),
-        f5_gpukit::DeviceChoice::CpuBf16 => run_on(f5_gpukit::CpuBf16Backend::with_threads(args.threads)?, args, text, ext, paths, started),
+        f5_gpukit::DeviceChoice::Cpu => {
+            let threads = crate::limits::clamp_threads(args.threads);
+            run_on(CpuBackend::with_threads(threads)?, args, text, ext, paths, started)
+        }
+        f5_gpukit::DeviceChoice::CpuBf16 => {
+            let threads = crate::limits::clamp_threads(args.threads);
+            run_on(f5_gpukit::CpuBf16Backend::with_threads(threads)?, args, text, ext, paths, started)
+        }
         #[cfg(feature = "cuda")]
         f5_gpukit::DeviceChoice::Cuda { ordinal, bf16 } => {
             let options = f5_gpukit::CudaOptions::with_bf16_weights(bf16);

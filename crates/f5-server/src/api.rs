@@ -10,6 +10,7 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use f5_synth::store::StoreError;
 use f5_synth::{SynthError, SynthOptions, Voice, VoiceCache, VoiceStore, SAMPLE_RATE};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -27,6 +28,14 @@ const MAX_NFE: usize = 128;
 const MAX_DIALOGUE_LINES: usize = 64;
 /// The longest pause a dialogue may put between lines, seconds.
 const MAX_PAUSE_SECONDS: f64 = 5.0;
+/// Speaking rates every endpoint accepts (OpenAI's range): slower stretches the audio, and so
+/// the time on the model, without bound; faster than 4× is not speech.
+const SPEED_RANGE: std::ops::RangeInclusive<f64> = 0.25..=4.0;
+/// Classifier-free guidance: the reference uses 2; far outside this the output is noise or
+/// overflows to NaN.
+const CFG_RANGE: std::ops::RangeInclusive<f32> = 0.0..=10.0;
+/// Sway sampling: beyond ±1 the time grid stops being monotone (|coef| > 1 folds it back).
+const SWAY_RANGE: std::ops::RangeInclusive<f32> = -1.0..=1.0;
 
 const PAGE: &str = include_str!("page.html");
 
@@ -38,11 +47,18 @@ pub(crate) struct AppState {
     voices: VoiceCache,
     pub engine: Arc<Engine>,
     requests: AtomicU64,
+    /// Uploads being decoded; each may hold its form and a reference's worth of samples.
+    uploads: tokio::sync::Semaphore,
 }
 
 impl AppState {
     pub fn new(config: ServerConfig, model_ids: Vec<String>, store: VoiceStore, engine: Arc<Engine>) -> Self {
-        AppState { config, model_ids, store, voices: VoiceCache::default(), engine, requests: AtomicU64::new(0) }
+        let uploads = tokio::sync::Semaphore::new(config.max_concurrent_uploads);
+        AppState { config, model_ids, store, voices: VoiceCache::default(), engine, requests: AtomicU64::new(0), uploads }
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
     }
 
     fn model_id(&self, index: usize) -> &str {
@@ -81,6 +97,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(middleware::from_fn_with_state(state.clone(), same_site_only))
         .layer(DefaultBodyLimit::max(state.config.max_json_bytes))
         .with_state(state)
 }
@@ -108,6 +125,38 @@ impl ApiError {
     fn bad(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
+    /// A fault of the server's own. The client learns only that it happened: the detail (which
+    /// may name files, devices or internals) goes to the server's log.
+    fn internal(detail: impl std::fmt::Display) -> Self {
+        eprintln!("f5 serve: internal error: {detail}");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error; the server log has the details")
+    }
+    fn too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, message)
+    }
+}
+
+/// A blocking task that did not finish (it panicked or the runtime is stopping).
+fn join_error(e: tokio::task::JoinError) -> ApiError {
+    ApiError::internal(format!("a blocking task failed: {e}"))
+}
+
+/// The status follows from the kind of store error: the request's mistakes are 4xx, the
+/// store's own failures 500.
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::InvalidId(_)
+            | StoreError::UnsupportedType(_)
+            | StoreError::EmptyTranscript
+            | StoreError::TranscriptTooLong(_)
+            | StoreError::Unusable(_) => ApiError::bad(e.to_string()),
+            StoreError::AudioTooLarge(_) | StoreError::AudioTooLong(_) => ApiError::too_large(e.to_string()),
+            StoreError::Exists(_) => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+            StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
+            StoreError::Io { .. } => ApiError::internal(e),
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -120,16 +169,6 @@ impl IntoResponse for ApiError {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         resp
-    }
-}
-
-fn store_error(e: SynthError) -> ApiError {
-    match e {
-        SynthError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, m),
-        SynthError::Store(m) if m.contains("already exists") => ApiError::new(StatusCode::CONFLICT, m),
-        SynthError::Store(m) if m.starts_with("cannot ") => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m),
-        SynthError::Store(m) | SynthError::Reference(m) | SynthError::Options(m) => ApiError::bad(m),
-        other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
     }
 }
 
@@ -153,10 +192,34 @@ impl<T: DeserializeOwned> FromRequest<Shared> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Shared) -> Result<Self, ApiError> {
+        // A browser page on another site can send a "simple" cross-site POST (text/plain, form
+        // types) without asking first; it cannot send application/json without a preflight
+        // this server never approves. So JSON bodies must say they are JSON.
+        if !is_json(req.headers()) {
+            return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the body as JSON with Content-Type: application/json"));
+        }
         let limit = state.config.max_json_bytes;
-        let bytes = read_body_capped(req.into_body(), limit, limit.saturating_mul(DRAIN_FACTOR), "send less text per request").await?;
+        let read = read_body_capped(req.into_body(), limit, limit.saturating_mul(DRAIN_FACTOR), "send less text per request");
+        let bytes = within_body_timeout(state, read).await?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}")))
     }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    value.split(';').next().is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// A body must arrive whole within `body_timeout`: a client trickling bytes would otherwise hold
+/// its connection (and, for an upload, an upload slot) for as long as it likes.
+async fn within_body_timeout(
+    state: &AppState,
+    read: impl std::future::Future<Output = Result<Vec<u8>, ApiError>>,
+) -> Result<Vec<u8>, ApiError> {
+    let limit = state.config.body_timeout;
+    tokio::time::timeout(limit, read).await.unwrap_or_else(|_| {
+        Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("the request body did not arrive within {} s", limit.as_secs())))
+    })
 }
 
 /// Reads a body of at most `limit` bytes. A larger one is refused with 413, but only after
@@ -182,6 +245,67 @@ async fn read_body_capped(mut body: axum::body::Body, limit: usize, drain_limit:
         return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over the limit of {limit} bytes; {advice}")));
     }
     Ok(kept)
+}
+
+// ── browsers on other sites ─────────────────────────────────────────────────────────────
+
+/// Two defences against web pages the server's user happens to visit.
+///
+/// DNS rebinding: a page on `evil.example` re-points its own name at 127.0.0.1 and then talks
+/// to this server as "same origin". Its requests still carry `Host: evil.example`, so without a
+/// token (which such a page cannot know) the `Host` must be a name this server answers to:
+/// `localhost`, an IP literal, or one given with `--allowed-host`.
+///
+/// Cross-site requests: any page can make the browser POST to `http://127.0.0.1:7860`. A
+/// state-changing request (anything but GET/HEAD/OPTIONS) whose `Origin` is neither this server
+/// (`http(s)://` + its `Host`) nor one given with `--allow-origin` is refused. Clients that are
+/// not browsers send no `Origin` and are not affected.
+async fn same_site_only(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default().to_string();
+    if state.config.token.is_none() && !host.is_empty() && !host_allowed(&host, &state.config.allowed_hosts) {
+        let shown: String = host.chars().take(80).collect();
+        return ApiError::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!("this server does not answer to the host name {shown:?}; start it with --allowed-host NAME or --token"),
+        )
+        .into_response();
+    }
+    let changes_state = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if changes_state {
+        if let Some(origin) = req.headers().get(header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or_default().trim_end_matches('/');
+            let own = ["http://", "https://"].iter().any(|scheme| {
+                origin.len() == scheme.len() + host.len()
+                    && origin.get(..scheme.len()).is_some_and(|p| p.eq_ignore_ascii_case(scheme))
+                    && origin.get(scheme.len()..).is_some_and(|h| h.eq_ignore_ascii_case(&host))
+            });
+            let allowed = state.config.allowed_origins.iter().any(|a| a.trim_end_matches('/').eq_ignore_ascii_case(origin));
+            if !(own || allowed) {
+                let shown: String = origin.chars().take(80).collect();
+                return ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    format!("requests from the web page at {shown:?} may not change anything here; start the server with --allow-origin to permit it"),
+                )
+                .into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
+/// Whether a `Host` header (`name[:port]`, `[v6]:port`) names this server.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    let name = name.trim_end_matches('.');
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::IpAddr>().is_ok()
+        || allowed.iter().any(|a| a.trim_end_matches('.').eq_ignore_ascii_case(name))
 }
 
 // ── the token ───────────────────────────────────────────────────────────────────────────
@@ -273,10 +397,20 @@ async fn page() -> Response {
     resp
 }
 
-async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
+/// Open to all (supervisors and load balancers carry no token), so with a token configured a
+/// caller without it learns only that the server is alive and whether it takes jobs; the
+/// counters and the model's name are for callers with the token.
+async fn health(State(state): State<Shared>, headers: HeaderMap) -> Json<serde_json::Value> {
+    let ready = state.engine.accepting();
+    if let Some(token) = state.config.token.as_deref() {
+        if !header_token_matches(&headers, token) {
+            return Json(json!({ "status": "ok", "ready": ready }));
+        }
+    }
     let s = &state.engine.stats;
     Json(json!({
         "status": "ok",
+        "ready": ready,
         "model": state.model_id(s.current.load(Ordering::SeqCst)),
         "loaded": s.loaded.load(Ordering::SeqCst),
         "queue_depth": state.engine.depth(),
@@ -287,6 +421,7 @@ async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
         "requests": state.requests.load(Ordering::SeqCst),
         "jobs_done": s.jobs_done.load(Ordering::SeqCst),
         "jobs_failed": s.jobs_failed.load(Ordering::SeqCst),
+        "jobs_cancelled": s.jobs_cancelled.load(Ordering::SeqCst),
     }))
 }
 
@@ -301,10 +436,7 @@ async fn models(State(state): State<Shared>) -> Json<serde_json::Value> {
 
 async fn list_voices(State(state): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
     let store = state.store.clone();
-    let voices = tokio::task::spawn_blocking(move || store.list())
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(store_error)?;
+    let voices = tokio::task::spawn_blocking(move || store.list()).await.map_err(join_error)??;
     let list: Vec<_> = voices.into_iter().map(|v| json!({ "id": v.id, "transcript": v.transcript })).collect();
     Ok(Json(json!({ "voices": list })))
 }
@@ -313,10 +445,7 @@ async fn delete_voice(State(state): State<Shared>, id: Result<Path<String>, Path
     let Path(id) = id.map_err(|e| ApiError::bad(e.body_text()))?;
     check_voice_id(&id)?;
     let store = state.store.clone();
-    tokio::task::spawn_blocking(move || store.remove(&id))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(store_error)?;
+    tokio::task::spawn_blocking(move || store.remove(&id)).await.map_err(join_error)??;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -334,9 +463,13 @@ fn check_voice_id(id: &str) -> Result<(), ApiError> {
 async fn add_voice(State(state): State<Shared>, req: Request) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     // The whole form is read first, so an oversized one is answered with 413 after the client
     // has finished sending (see `read_body_capped`).
+    // Each upload in flight holds its form and, while decoding, a reference's worth of samples:
+    // a few at a time bound the memory uploads can take together.
+    let _permit = state.uploads.acquire().await.map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping"))?;
     let form_limit = upload_form_limit(&state.config);
     let (parts, body) = req.into_parts();
-    let form = read_body_capped(body, form_limit, form_limit.saturating_mul(4), "use a shorter recording (10 s is plenty)").await?;
+    let read = read_body_capped(body, form_limit, form_limit.saturating_mul(4), "use a shorter recording (10 s is plenty)");
+    let form = within_body_timeout(&state, read).await?;
     let req = Request::from_parts(parts, axum::body::Body::from(form));
     let mut multipart = Multipart::from_request(req, &state).await.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
     let (mut id, mut transcript, mut audio, mut replace) = (None, None, None, false);
@@ -387,18 +520,10 @@ async fn add_voice(State(state): State<Shared>, req: Request) -> Result<(StatusC
     }
     let extension = extension.unwrap_or("wav");
     let store = state.store.clone();
-    let entry = tokio::task::spawn_blocking(move || {
-        if !replace && store.get(&id).is_ok() {
-            return Err(SynthError::Store(format!("voice {id:?} already exists: send replace=true to overwrite it")));
-        }
-        let decoded = f5_audio::decode_bytes(&audio, "the uploaded recording", Some(extension))
-            .map_err(|e| SynthError::Reference(format!("the upload is not audio this server can read: {e}")))?;
-        Voice::from_audio(&decoded, &transcript, TARGET_RMS)?;
-        store.add(&id, &transcript, &audio, extension, replace)
-    })
-    .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-    .map_err(store_error)?;
+    // The store decodes the recording once, at most a reference's worth of it, and checks that
+    // it makes a usable voice before anything is written.
+    let entry =
+        tokio::task::spawn_blocking(move || store.add(&id, &transcript, &audio, extension, replace)).await.map_err(join_error)??;
     Ok((StatusCode::CREATED, Json(json!({ "id": entry.id, "transcript": entry.transcript }))))
 }
 
@@ -494,16 +619,16 @@ impl Knobs {
         if nfe == 0 || nfe > MAX_NFE {
             return Err(ApiError::bad(format!("nfe must be between 1 and {MAX_NFE}, got {nfe}")));
         }
-        let speed = self.speed.unwrap_or(defaults.speed);
-        if !(speed.is_finite() && speed > 0.0 && speed <= 10.0) {
-            return Err(ApiError::bad(format!("speed must be in (0, 10], got {speed}")));
-        }
+        let speed = check_speed(self.speed.unwrap_or(defaults.speed))?;
         let cross_fade = self.cross_fade.unwrap_or(defaults.cross_fade);
         if !(cross_fade.is_finite() && (0.0..=5.0).contains(&cross_fade)) {
             return Err(ApiError::bad(format!("cross_fade must be between 0 and 5 s, got {cross_fade}")));
         }
-        if self.cfg.is_some_and(|c| !c.is_finite()) || self.sway.is_some_and(|s| !s.is_finite()) {
-            return Err(ApiError::bad("cfg and sway must be finite numbers"));
+        if let Some(cfg) = self.cfg.filter(|c| !CFG_RANGE.contains(c)) {
+            return Err(ApiError::bad(format!("cfg must be between {} and {}, got {cfg}", CFG_RANGE.start(), CFG_RANGE.end())));
+        }
+        if let Some(sway) = self.sway.filter(|s| !SWAY_RANGE.contains(s)) {
+            return Err(ApiError::bad(format!("sway must be between {} and {}, got {sway}", SWAY_RANGE.start(), SWAY_RANGE.end())));
         }
         let options = SynthOptions {
             retries,
@@ -524,6 +649,49 @@ impl Knobs {
     }
 }
 
+/// One speed range for every endpoint.
+fn check_speed(speed: f64) -> Result<f64, ApiError> {
+    if !SPEED_RANGE.contains(&speed) {
+        return Err(ApiError::bad(format!("speed must be between {} and {}, got {speed}", SPEED_RANGE.start(), SPEED_RANGE.end())));
+    }
+    Ok(speed)
+}
+
+/// Seconds of audio `text` would make in `voice` at `speed`: the total and the longest chunk,
+/// by the engine's own chunking and duration estimate. Checked before a job is queued, so a
+/// request that would hold the model for too long is refused at once.
+fn planned_seconds(voice: &Voice, text: &str, speed: f64) -> (f64, f64) {
+    let ref_samples = voice.wave.len();
+    let ref_frames = ref_samples / f5_dit::duration::HOP;
+    let mut total = 0.0;
+    let mut longest: f64 = 0.0;
+    for chunk in f5_text::chunk_text(text, voice.max_chunk_bytes(speed)) {
+        let frames = f5_dit::duration::estimate_frames(ref_samples, voice.model_text.len(), chunk.len(), speed, None);
+        let seconds = frames.saturating_sub(ref_frames) as f64 * f5_dit::duration::HOP as f64 / SAMPLE_RATE as f64;
+        total += seconds;
+        longest = longest.max(seconds);
+    }
+    (total, longest)
+}
+
+/// Refuses, with 413, work over the server's audio limits.
+fn check_planned(state: &AppState, total: f64, longest_chunk: f64) -> Result<(), ApiError> {
+    let config = &state.config;
+    if longest_chunk > config.max_chunk_seconds {
+        return Err(ApiError::too_large(format!(
+            "a stretch of the text without a sentence break would make about {longest_chunk:.0} s of audio in one piece; this server makes at most {:.0} s per piece: add punctuation",
+            config.max_chunk_seconds
+        )));
+    }
+    if total > config.max_audio_seconds {
+        return Err(ApiError::too_large(format!(
+            "the text would make about {total:.0} s of audio; this server makes at most {:.0} s per request",
+            config.max_audio_seconds
+        )));
+    }
+    Ok(())
+}
+
 fn check_text(state: &AppState, text: &str) -> Result<(), ApiError> {
     if text.trim().is_empty() {
         return Err(ApiError::bad("the text to speak is empty"));
@@ -538,27 +706,39 @@ fn check_text(state: &AppState, text: &str) -> Result<(), ApiError> {
 }
 
 /// The stored voice `id`, prepared (decoded, clipped, mel) off the async workers and cached.
+/// A stored voice that cannot be used is answered 422, naming the voice, not its files.
 async fn load_voice(state: &Shared, id: &str) -> Result<Arc<Voice>, ApiError> {
     check_voice_id(id)?;
     let state = state.clone();
     let id = id.to_string();
+    let unusable = |id: &str, m: &str| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("voice {id:?} cannot be used: {m}"));
     tokio::task::spawn_blocking(move || {
-        let entry = state.store.get(&id)?;
-        state.voices.load(&entry.audio, &entry.transcript, TARGET_RMS).map_err(|e| match e {
-            SynthError::Reference(m) => SynthError::Reference(format!("voice {id:?} cannot be used: {m}")),
-            other => other,
+        let (entry, bytes) = match state.store.read(&id) {
+            Ok(read) => read,
+            Err(StoreError::Unusable(m)) => return Err(unusable(&id, &m)),
+            Err(e) => return Err(ApiError::from(e)),
+        };
+        let extension = entry.audio.extension().and_then(|e| e.to_str());
+        state.voices.load(&bytes, extension, &entry.transcript, TARGET_RMS).map_err(|e| match e {
+            SynthError::Reference(m) => unusable(&id, &m),
+            other => ApiError::internal(format!("voice {id:?}: {other}")),
         })
     })
     .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-    .map_err(|e| match e {
-        SynthError::Reference(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m),
-        other => store_error(other),
-    })
+    .map_err(join_error)?
 }
 
-/// Queues one job and waits for it.
-async fn speak(state: &Shared, spec: JobSpec, admission: Admission) -> Result<JobOutput, ApiError> {
+/// Queues one job and waits for it. The job must be done `job_timeout` after it was queued.
+async fn speak(
+    state: &Shared,
+    voice: Arc<Voice>,
+    model: usize,
+    text: String,
+    options: SynthOptions,
+    admission: Admission,
+) -> Result<JobOutput, ApiError> {
+    let deadline = std::time::Instant::now() + state.config.job_timeout;
+    let spec = JobSpec { model, voice, text, options, deadline };
     let rx = state.engine.submit(spec, admission).map_err(|full| ApiError {
         status: StatusCode::SERVICE_UNAVAILABLE,
         message: "the synthesis queue is full; retry later".into(),
@@ -567,7 +747,13 @@ async fn speak(state: &Shared, spec: JobSpec, admission: Admission) -> Result<Jo
     match rx.await {
         Ok(Ok(out)) => Ok(out),
         Ok(Err(JobError::Rejected(m))) => Err(ApiError::bad(m)),
-        Ok(Err(JobError::Failed(m))) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m)),
+        Ok(Err(JobError::Failed(m))) => Err(ApiError::internal(m)),
+        Ok(Err(JobError::TimedOut)) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the job ran past this server's limit of {} s; send less text or fewer steps", state.config.job_timeout.as_secs()),
+        )),
+        // Only sent when the client is gone; nobody reads this.
+        Ok(Err(JobError::Cancelled)) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the job was cancelled")),
         Err(_) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping")),
     }
 }
@@ -579,7 +765,7 @@ fn limited(mut wave: Vec<f64>) -> Vec<f64> {
 }
 
 fn wav_bytes(wave: &[f64]) -> Result<Vec<u8>, ApiError> {
-    f5_audio::output::encode_wav_pcm16(wave, SAMPLE_RATE).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+    f5_audio::output::encode_wav_pcm16(wave, SAMPLE_RATE).map_err(ApiError::internal)
 }
 
 /// Headers that say what the server did: the seeds (to reproduce the answer), the lengths,
@@ -635,7 +821,9 @@ async fn tts(State(state): State<Shared>, JsonBody(req): JsonBody<TtsRequest>) -
     let model = state.model_index(req.knobs.model.as_deref())?;
     let options = req.knobs.options(&state)?;
     let voice = load_voice(&state, &req.voice).await?;
-    let out = speak(&state, JobSpec { model, voice, text: req.text, options }, Admission::New).await?;
+    let (total, longest) = planned_seconds(&voice, &req.text, options.speed);
+    check_planned(&state, total, longest)?;
+    let out = speak(&state, voice, model, req.text, options, Admission::New).await?;
     let wave = limited(out.audio.samples.iter().map(|&x| x as f64).collect());
     let body = wav_bytes(&wave)?;
     Ok(audio_response(&state, body, "audio/wav", &[out.audio.seed], &[&out], out.audio.seconds()))
@@ -673,9 +861,15 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
     // Every voice is checked before the first line is queued, so a typo in line 7 does not
     // cost six syntheses.
     let mut voices = Vec::with_capacity(req.lines.len());
+    let (mut total, mut longest) = (0.0f64, 0.0f64);
     for line in &req.lines {
-        voices.push(load_voice(&state, &line.voice).await?);
+        let voice = load_voice(&state, &line.voice).await?;
+        let (t, l) = planned_seconds(&voice, &line.text, options.speed);
+        total += t;
+        longest = longest.max(l);
+        voices.push(voice);
     }
+    check_planned(&state, total, longest)?;
     let fixed_gap = req.pause.map(|p| (p * SAMPLE_RATE as f64).round() as usize);
     let mut wave = Vec::new();
     let mut previous_gap = 0usize;
@@ -683,10 +877,9 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
     for (i, (line, voice)) in req.lines.into_iter().zip(voices).enumerate() {
         // A request seed gives each line its own reproducible seed.
         let seed = line.seed.or(options.seed.map(|s| s.wrapping_add(i as u64)));
-        let spec = JobSpec { model, voice, text: line.text, options: SynthOptions { seed, ..options.clone() } };
         let admission = if i == 0 { Admission::New } else { Admission::Continuation };
-        let gap_after = fixed_gap.unwrap_or_else(|| f5_synth::trailing_pause_ms(&spec.text) as usize * SAMPLE_RATE as usize / 1000);
-        let out = speak(&state, spec, admission).await?;
+        let gap_after = fixed_gap.unwrap_or_else(|| f5_synth::trailing_pause_ms(&line.text) as usize * SAMPLE_RATE as usize / 1000);
+        let out = speak(&state, voice, model, line.text, SynthOptions { seed, ..options.clone() }, admission).await?;
         if i > 0 {
             wave.extend(std::iter::repeat_n(0.0f64, previous_gap));
         }
@@ -715,14 +908,13 @@ async fn openai_speech(State(state): State<Shared>, JsonBody(req): JsonBody<Spee
             format.chars().take(16).collect::<String>()
         )));
     }
-    let speed = req.speed.unwrap_or(1.0);
-    if !(speed.is_finite() && (0.25..=4.0).contains(&speed)) {
-        return Err(ApiError::bad(format!("speed must be between 0.25 and 4.0, got {speed}")));
-    }
+    let speed = check_speed(req.speed.unwrap_or(1.0))?;
     check_text(&state, &req.input)?;
     let options = SynthOptions { speed, ..SynthOptions::default() };
     let voice = load_voice(&state, &req.voice).await?;
-    let out = speak(&state, JobSpec { model, voice, text: req.input, options }, Admission::New).await?;
+    let (total, longest) = planned_seconds(&voice, &req.input, speed);
+    check_planned(&state, total, longest)?;
+    let out = speak(&state, voice, model, req.input, options, Admission::New).await?;
     let wave = limited(out.audio.samples.iter().map(|&x| x as f64).collect());
     let seconds = out.audio.seconds();
     if format == "pcm" {

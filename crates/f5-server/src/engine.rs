@@ -21,6 +21,8 @@ pub(crate) struct JobSpec {
     pub voice: Arc<Voice>,
     pub text: String,
     pub options: SynthOptions,
+    /// When the job must be done by; past it the job stops at the next step boundary.
+    pub deadline: Instant,
 }
 
 /// A finished job.
@@ -40,6 +42,19 @@ pub(crate) enum JobError {
     Rejected(String),
     /// The server failed (weights could not be reloaded, the engine broke).
     Failed(String),
+    /// The job ran past its deadline and was stopped.
+    TimedOut,
+    /// Its client went away; nobody waits for the answer.
+    Cancelled,
+}
+
+/// Why a running job was stopped from its progress callback. The engine's progress callback
+/// cannot return an error, so the model thread unwinds out of the synthesis with this as the
+/// payload (`resume_unwind`, which runs no panic hook) and catches it in `run_job`. The callback
+/// runs between steps and chunks, when no forward is half done, so the weights stay usable.
+enum Stop {
+    ClientGone,
+    Deadline,
 }
 
 type Reply = oneshot::Sender<Result<JobOutput, JobError>>;
@@ -70,6 +85,8 @@ pub(crate) struct Stats {
     pub switches: AtomicU64,
     pub jobs_done: AtomicU64,
     pub jobs_failed: AtomicU64,
+    /// Jobs stopped because their client went away.
+    pub jobs_cancelled: AtomicU64,
     /// Running mean of a job's run time in milliseconds, for Retry-After.
     pub mean_job_ms: AtomicU64,
 }
@@ -126,12 +143,18 @@ enum LoadedModel {
 }
 
 impl LoadedModel {
-    fn synthesize(&self, voice: &Voice, text: &str, options: &SynthOptions) -> Result<Audio, SynthError> {
+    fn synthesize(
+        &self,
+        voice: &Voice,
+        text: &str,
+        options: &SynthOptions,
+        progress: &mut dyn FnMut(f5_synth::Progress<'_>),
+    ) -> Result<Audio, SynthError> {
         match self {
-            LoadedModel::Cpu(s) => s.synthesize(voice, text, options, &mut |_| {}),
-            LoadedModel::CpuBf16(s) => s.synthesize(voice, text, options, &mut |_| {}),
+            LoadedModel::Cpu(s) => s.synthesize(voice, text, options, progress),
+            LoadedModel::CpuBf16(s) => s.synthesize(voice, text, options, progress),
             #[cfg(feature = "cuda")]
-            LoadedModel::Cuda(s) => s.synthesize(voice, text, options, &mut |_| {}),
+            LoadedModel::Cuda(s) => s.synthesize(voice, text, options, progress),
         }
     }
 }
@@ -248,6 +271,12 @@ impl Engine {
         Ok(rx)
     }
 
+    /// Whether a new job would be taken now (not stopping, room in the queue).
+    pub fn accepting(&self) -> bool {
+        let q = self.lock();
+        !q.stopping && q.jobs.len() < self.capacity
+    }
+
     pub fn depth(&self) -> usize {
         self.lock().jobs.len()
     }
@@ -316,10 +345,16 @@ fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Durati
                 let waited = job.queued_at.elapsed();
                 // A client that went away no longer needs its forward.
                 if job.reply.is_closed() {
+                    stats.jobs_cancelled.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                // Its whole time went on waiting.
+                if Instant::now() >= job.spec.deadline {
+                    let _ = job.reply.send(Err(JobError::TimedOut));
                     continue;
                 }
                 let started = Instant::now();
-                let result = run_job(&mut synth, &loader, &job.spec, stats);
+                let result = run_job(&mut synth, &loader, &job, stats);
                 let ran = started.elapsed();
                 idle_since = Instant::now();
                 match &result {
@@ -329,8 +364,12 @@ fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Durati
                         let old = stats.mean_job_ms.load(Ordering::Relaxed);
                         stats.mean_job_ms.store(if old == 0 { ms } else { (old * 7 + ms) / 8 }, Ordering::Relaxed);
                     }
-                    // A request the engine refused is the client's mistake, not a failure.
-                    Err(JobError::Rejected(_)) => {}
+                    // A request the engine refused is the client's mistake, not a failure; a job
+                    // stopped for its client or its deadline is neither.
+                    Err(JobError::Rejected(_)) | Err(JobError::TimedOut) => {}
+                    Err(JobError::Cancelled) => {
+                        stats.jobs_cancelled.fetch_add(1, Ordering::SeqCst);
+                    }
                     Err(JobError::Failed(_)) => {
                         stats.jobs_failed.fetch_add(1, Ordering::SeqCst);
                     }
@@ -342,7 +381,8 @@ fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Durati
     }
 }
 
-fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, spec: &JobSpec, stats: &Stats) -> Result<Audio, JobError> {
+fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, job: &Job, stats: &Stats) -> Result<Audio, JobError> {
+    let spec = &job.spec;
     let switching = stats.current.load(Ordering::SeqCst) != spec.model;
     if switching {
         // The old weights go before the new ones are read, so two models never sit in memory
@@ -363,8 +403,18 @@ fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, spec: &JobSpec, sta
     let Some(model) = synth.as_ref() else {
         return Err(JobError::Failed("the model is not loaded".into()));
     };
+    // Between steps and chunks: stop if the client is gone or the deadline has passed.
+    let mut check = |_: f5_synth::Progress<'_>| {
+        if job.reply.is_closed() {
+            std::panic::resume_unwind(Box::new(Stop::ClientGone));
+        }
+        if Instant::now() >= spec.deadline {
+            std::panic::resume_unwind(Box::new(Stop::Deadline));
+        }
+    };
     // A panic inside the engine must not take the model thread (and every later request) with it.
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.synthesize(&spec.voice, &spec.text, &spec.options)));
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.synthesize(&spec.voice, &spec.text, &spec.options, &mut check)));
     // With a transcriber the synthesizer listens to each chunk itself (the listen-back gate);
     // the score travels back in `Audio::score`.
     match outcome {
@@ -372,6 +422,10 @@ fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, spec: &JobSpec, sta
         Ok(Err(SynthError::Options(m))) => Err(JobError::Rejected(m)),
         Ok(Err(SynthError::Text(e))) => Err(JobError::Rejected(e.to_string())),
         Ok(Err(e)) => Err(JobError::Failed(e.to_string())),
+        Err(payload) if payload.is::<Stop>() => match payload.downcast_ref::<Stop>() {
+            Some(Stop::ClientGone) => Err(JobError::Cancelled),
+            _ => Err(JobError::TimedOut),
+        },
         Err(_) => {
             // The weights may be half-way through something: load them afresh next time.
             *synth = None;

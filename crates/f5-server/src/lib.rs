@@ -18,6 +18,7 @@
 //! ```
 
 mod api;
+mod conn;
 mod engine;
 
 use std::future::Future;
@@ -68,11 +69,39 @@ pub struct ServerConfig {
     pub transcriber: Option<String>,
     /// Language of the texts for the transcriber and the word comparison.
     pub language: Option<String>,
+    /// Most seconds of audio one request may make (a dialogue: all lines), estimated from the
+    /// text and the voice before anything is queued.
+    pub max_audio_seconds: f64,
+    /// Most seconds of audio one chunk (one forward pass over the model's window) may make: a
+    /// long run of text without a sentence break cannot be split and would make one huge pass.
+    pub max_chunk_seconds: f64,
+    /// A job still running (or waiting) this long after it was queued is stopped at its next
+    /// step and answered 503.
+    pub job_timeout: Duration,
+    /// Voice uploads decoded at the same time; more wait their turn.
+    pub max_concurrent_uploads: usize,
+    /// Browser origins (`scheme://host[:port]`) besides the server's own that may make
+    /// state-changing requests (POST, DELETE). Requests without an `Origin` (non-browser
+    /// clients) are not affected.
+    pub allowed_origins: Vec<String>,
+    /// Host names (besides `localhost` and IP literals) that a request's `Host` header may name
+    /// when no token is set; guards against DNS rebinding.
+    pub allowed_hosts: Vec<String>,
+    /// A client must send its request head within this long.
+    pub header_timeout: Duration,
+    /// A client must send its whole request body within this long.
+    pub body_timeout: Duration,
+    /// A kept-alive connection with no request in flight closes after this long.
+    pub idle_timeout: Duration,
+    /// Open connections at once; more wait in the kernel's accept queue.
+    pub max_connections: usize,
 }
 
 impl ServerConfig {
     /// The defaults `f5 serve` documents: loopback port 7860, 16 waiting jobs, 5000-byte texts,
-    /// 20 MiB uploads, 256 KiB JSON bodies, no token, weights kept loaded.
+    /// 20 MiB uploads, 256 KiB JSON bodies, no token, weights kept loaded; at most 300 s of audio
+    /// per request and 40 s per chunk, 600 s per job, 2 uploads decoded at once; 10 s for a
+    /// request head, 60 s for a body, 60 s idle, 256 connections.
     pub fn new(model: PathBuf, vocab: PathBuf, vocoder: PathBuf, voices_dir: PathBuf) -> Self {
         ServerConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 7860)),
@@ -92,6 +121,16 @@ impl ServerConfig {
             max_json_bytes: 256 << 10,
             transcriber: None,
             language: None,
+            max_audio_seconds: 300.0,
+            max_chunk_seconds: 40.0,
+            job_timeout: Duration::from_secs(600),
+            max_concurrent_uploads: 2,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 256,
         }
     }
 
@@ -129,8 +168,12 @@ impl ModelEntry {
 
 /// A model's public id: the one given, else the checkpoint's directory name (checkpoints are
 /// usually `<name>/model.safetensors`), else its file stem.
+///
+/// An id that names a file on this machine (an absolute or relative path) is not used as it is:
+/// ids are shown to every client (`GET /models`, `/health`, `X-F5-Model`, error messages), and
+/// a path there tells a remote client how the server's disk is laid out.
 fn model_id_for(given: Option<&str>, model: &std::path::Path) -> String {
-    if let Some(id) = given.filter(|s| !s.is_empty()) {
+    if let Some(id) = given.filter(|s| !s.is_empty() && !looks_like_a_path(s)) {
         return id.to_string();
     }
     model
@@ -143,6 +186,13 @@ fn model_id_for(given: Option<&str>, model: &std::path::Path) -> String {
         .to_string()
 }
 
+/// Whether a model name given on the command line is a filesystem path rather than a local id
+/// or a hub reference (`owner/repo/file`, which is relative and names no existing file).
+fn looks_like_a_path(name: &str) -> bool {
+    let p = std::path::Path::new(name);
+    p.is_absolute() || name.starts_with('.') || name.starts_with('~') || name.contains('\\') || p.exists()
+}
+
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -153,7 +203,7 @@ pub enum ServerError {
     #[error("cannot load the model: {0}")]
     Model(String),
     #[error(transparent)]
-    Store(#[from] f5_synth::SynthError),
+    Store(#[from] f5_synth::store::StoreError),
     #[error("the server failed: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -180,6 +230,24 @@ impl Server {
         }
         if config.unload_after.is_some_and(|d| d.is_zero()) {
             return Err(ServerError::Config("unload-after must be longer than zero".into()));
+        }
+        for (name, seconds) in [("max-audio-seconds", config.max_audio_seconds), ("max-chunk-seconds", config.max_chunk_seconds)] {
+            if !(seconds.is_finite() && seconds > 0.0) {
+                return Err(ServerError::Config(format!("{name} must be a number of seconds above zero, got {seconds}")));
+            }
+        }
+        for (name, d) in [
+            ("job-timeout", config.job_timeout),
+            ("header-timeout", config.header_timeout),
+            ("body-timeout", config.body_timeout),
+            ("idle-timeout", config.idle_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ServerError::Config(format!("{name} must be longer than zero")));
+            }
+        }
+        if config.max_concurrent_uploads == 0 || config.max_connections == 0 {
+            return Err(ServerError::Config("the upload and connection limits must be at least 1".into()));
         }
         let model_ids = config.model_ids()?;
         // The further models load only when first asked for; a typo in their paths should
@@ -227,11 +295,16 @@ impl Server {
     /// stops the model thread.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
         let app = api::router(self.state.clone());
-        let served = axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await;
+        let limits = conn::Limits {
+            header_timeout: self.state.config().header_timeout,
+            idle_timeout: self.state.config().idle_timeout,
+            max_connections: self.state.config().max_connections,
+        };
+        conn::serve(self.listener, app, limits, shutdown).await;
         self.state.engine.stop();
         let thread = self.model_thread;
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        served.map_err(ServerError::Io)
+        Ok(())
     }
 }
 

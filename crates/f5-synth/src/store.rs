@@ -2,9 +2,16 @@
 //!
 //! Ids are plain names (`[A-Za-z0-9_-]{1,64}`): no separator, no dot, so nothing a request sends
 //! can name a path outside the store. Writes go to a temporary directory inside the store and
-//! are renamed into place, so a crash or a concurrent reader never sees half a voice, and an
-//! existing voice is never lost to a failed replacement.
+//! are renamed into place, so a crash never leaves half a voice, and an existing voice is never
+//! lost to a failed replacement.
+//!
+//! Every change holds an exclusive lock on the store directory (`flock`), and every read that
+//! wants a consistent voice ([`VoiceStore::read`]) a shared one, so concurrent replacements and
+//! deletions — from the server's threads or from a CLI running beside it — happen one at a time
+//! and a reader sees the old voice or the new one, never the moment between the two renames.
+//! Temporaries that a crashed writer left behind are swept when the store is opened.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::SynthError;
@@ -16,6 +23,55 @@ pub const MAX_ID_LEN: usize = 64;
 pub const MAX_AUDIO_BYTES: usize = 50 << 20;
 /// Longest transcript accepted, in bytes.
 pub const MAX_TRANSCRIPT_BYTES: usize = 4096;
+
+/// Why the store refused or failed. The variants say whose the problem is: everything but
+/// [`StoreError::Io`] is about the request (the id, the recording, the transcript), `Io` is the
+/// store's own failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("invalid voice id {0:?}: use 1–{MAX_ID_LEN} letters, digits, '_' or '-'")]
+    InvalidId(String),
+    #[error("unsupported audio type {0:?}: use wav, mp3, flac or ogg")]
+    UnsupportedType(String),
+    #[error("the transcript is empty: give the words spoken in the recording")]
+    EmptyTranscript,
+    #[error("the transcript is {0} bytes; the limit is {MAX_TRANSCRIPT_BYTES}")]
+    TranscriptTooLong(usize),
+    #[error("the recording is {0} bytes; the limit is {MAX_AUDIO_BYTES}")]
+    AudioTooLarge(usize),
+    #[error("the recording is longer than {0} s; send 3–12 s of clean speech")]
+    AudioTooLong(f64),
+    /// Not audio, silent, too little voice: the recording cannot clone a voice.
+    #[error("the recording cannot be used: {0}")]
+    Unusable(String),
+    #[error("voice {0:?} already exists: send replace=true to overwrite it")]
+    Exists(String),
+    #[error("no voice {0:?}")]
+    NotFound(String),
+    /// The store's files could not be read or written (the message may name paths: it is for
+    /// the operator, not for a remote client).
+    #[error("the voice store cannot {action}: {source}")]
+    Io {
+        action: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<StoreError> for SynthError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(_) => SynthError::NotFound(e.to_string()),
+            StoreError::Unusable(m) => SynthError::Reference(m),
+            other => SynthError::Store(other.to_string()),
+        }
+    }
+}
+
+fn io_error(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreError {
+    let action = action.into();
+    move |source| StoreError::Io { action, source }
+}
 
 /// One stored voice.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,9 +92,8 @@ pub fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-fn bad_id(id: &str) -> SynthError {
-    let shown: String = id.chars().take(80).collect();
-    SynthError::Store(format!("invalid voice id {shown:?}: use 1–{MAX_ID_LEN} letters, digits, '_' or '-'"))
+fn bad_id(id: &str) -> StoreError {
+    StoreError::InvalidId(id.chars().take(80).collect())
 }
 
 /// `$F5_HOME`, default `~/.f5`.
@@ -49,16 +104,27 @@ pub fn f5_home() -> PathBuf {
     std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".")).join(".f5")
 }
 
+/// The store's lock, released when dropped (closing the descriptor releases the `flock`).
+struct StoreLock(#[allow(dead_code)] File);
+
+/// Prefixes of the store's own temporaries; none is a valid id (ids have no dot).
+const TMP_PREFIX: &str = ".tmp-";
+const OLD_PREFIX: &str = ".old-";
+const DEL_PREFIX: &str = ".del-";
+
 impl VoiceStore {
-    /// A store at `root`, created if absent.
-    pub fn open(root: impl Into<PathBuf>) -> Result<Self, SynthError> {
+    /// A store at `root`, created if absent; temporaries a crashed writer left are swept (an
+    /// old voice moved aside by an interrupted replacement is put back).
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
-        std::fs::create_dir_all(&root).map_err(|e| SynthError::Store(format!("cannot create {}: {e}", root.display())))?;
-        Ok(VoiceStore { root })
+        std::fs::create_dir_all(&root).map_err(io_error(format!("create {}", root.display())))?;
+        let store = VoiceStore { root };
+        store.sweep()?;
+        Ok(store)
     }
 
     /// `$F5_HOME/voices`.
-    pub fn from_env() -> Result<Self, SynthError> {
+    pub fn from_env() -> Result<Self, StoreError> {
         Self::open(f5_home().join("voices"))
     }
 
@@ -66,22 +132,65 @@ impl VoiceStore {
         &self.root
     }
 
-    fn dir(&self, id: &str) -> Result<PathBuf, SynthError> {
+    fn dir(&self, id: &str) -> Result<PathBuf, StoreError> {
         if !valid_id(id) {
             return Err(bad_id(id));
         }
         Ok(self.root.join(id))
     }
 
+    /// Locks the whole store: exclusive for a change, shared for a consistent read.
+    fn lock(&self, exclusive: bool) -> Result<StoreLock, StoreError> {
+        let action = || format!("lock {}", self.root.display());
+        let dir = File::open(&self.root).map_err(io_error(action()))?;
+        if exclusive { dir.lock() } else { dir.lock_shared() }.map_err(io_error(action()))?;
+        Ok(StoreLock(dir))
+    }
+
+    /// Removes what interrupted writers left. Runs under the exclusive lock, so any temporary
+    /// seen here belongs to a writer that is gone.
+    fn sweep(&self) -> Result<(), StoreError> {
+        let _lock = self.lock(true)?;
+        let rd = std::fs::read_dir(&self.root).map_err(io_error(format!("list {}", self.root.display())))?;
+        for entry in rd.flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
+            let path = entry.path();
+            if name.starts_with(TMP_PREFIX) || name.starts_with(DEL_PREFIX) {
+                let _ = std::fs::remove_dir_all(&path);
+            } else if let Some(rest) = name.strip_prefix(OLD_PREFIX) {
+                // `.old-<id>-<pid>-<n>`: the replacement stopped between its two renames. If
+                // the new voice never arrived, the old one goes back; otherwise it is garbage.
+                let id = rest.rsplitn(3, '-').nth(2).unwrap_or_default();
+                let home = self.root.join(id);
+                if valid_id(id) && !home.exists() && std::fs::rename(&path, &home).is_ok() {
+                    continue;
+                }
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        }
+        Ok(())
+    }
+
     /// The voice `id`, or a not-found error naming it.
-    pub fn get(&self, id: &str) -> Result<VoiceEntry, SynthError> {
+    pub fn get(&self, id: &str) -> Result<VoiceEntry, StoreError> {
         let dir = self.dir(id)?;
-        read_entry(id, &dir).ok_or_else(|| SynthError::NotFound(format!("no voice {id:?} in {}", self.root.display())))
+        read_entry(id, &dir).ok_or_else(|| StoreError::NotFound(id.to_string()))
+    }
+
+    /// The voice `id` and its recording's bytes, read together under the shared lock: a
+    /// replacement running at the same time is seen whole or not at all.
+    pub fn read(&self, id: &str) -> Result<(VoiceEntry, Vec<u8>), StoreError> {
+        let dir = self.dir(id)?;
+        let _lock = self.lock(false)?;
+        let entry = read_entry(id, &dir).ok_or_else(|| StoreError::NotFound(id.to_string()))?;
+        let bytes = f5_audio::decode::read_regular_file(&entry.audio, MAX_AUDIO_BYTES as u64)
+            .map_err(|e| StoreError::Unusable(format!("voice {id:?}: its recording cannot be read ({})", io_reason(&e))))?;
+        Ok((entry, bytes))
     }
 
     /// Every voice that has a recording and a transcript, sorted by id.
-    pub fn list(&self) -> Result<Vec<VoiceEntry>, SynthError> {
-        let rd = std::fs::read_dir(&self.root).map_err(|e| SynthError::Store(format!("cannot list {}: {e}", self.root.display())))?;
+    pub fn list(&self) -> Result<Vec<VoiceEntry>, StoreError> {
+        let rd = std::fs::read_dir(&self.root).map_err(io_error(format!("list {}", self.root.display())))?;
         let mut out: Vec<VoiceEntry> = rd
             .filter_map(|e| e.ok())
             .filter_map(|e| {
@@ -96,37 +205,46 @@ impl VoiceStore {
         Ok(out)
     }
 
-    /// Stores a voice. `audio` must decode as audio (checked before anything is written);
+    /// Stores a voice. The recording is decoded once, at most [`DecodeLimit::REFERENCE`] of
+    /// it, and must make a usable voice (not silent, enough speech) before anything is written;
     /// `extension` names its container (`wav`, `mp3`, `flac`, `ogg`). An existing voice is
     /// replaced only with `replace`.
-    pub fn add(&self, id: &str, transcript: &str, audio: &[u8], extension: &str, replace: bool) -> Result<VoiceEntry, SynthError> {
+    ///
+    /// [`DecodeLimit::REFERENCE`]: f5_audio::decode::DecodeLimit::REFERENCE
+    pub fn add(&self, id: &str, transcript: &str, audio: &[u8], extension: &str, replace: bool) -> Result<VoiceEntry, StoreError> {
         let dir = self.dir(id)?;
         let ext = extension.to_ascii_lowercase();
         if !matches!(ext.as_str(), "wav" | "mp3" | "flac" | "ogg") {
-            return Err(SynthError::Store(format!("unsupported audio type {extension:?}: use wav, mp3, flac or ogg")));
+            return Err(StoreError::UnsupportedType(extension.chars().take(16).collect()));
         }
         if transcript.trim().is_empty() {
-            return Err(SynthError::Store("the transcript is empty".into()));
+            return Err(StoreError::EmptyTranscript);
         }
         if transcript.len() > MAX_TRANSCRIPT_BYTES {
-            return Err(SynthError::Store(format!("the transcript is {} bytes; the limit is {MAX_TRANSCRIPT_BYTES}", transcript.len())));
+            return Err(StoreError::TranscriptTooLong(transcript.len()));
         }
         if audio.len() > MAX_AUDIO_BYTES {
-            return Err(SynthError::Store(format!("the recording is {} bytes; the limit is {MAX_AUDIO_BYTES}", audio.len())));
+            return Err(StoreError::AudioTooLarge(audio.len()));
         }
-        f5_audio::decode_bytes(audio, "the uploaded recording", Some(&ext)).map_err(|e| SynthError::Reference(e.to_string()))?;
-        if dir.exists() && !replace {
-            return Err(SynthError::Store(format!("voice {id:?} already exists")));
+        // A cheap refusal before the decode; checked again under the lock.
+        if !replace && read_entry(id, &dir).is_some() {
+            return Err(StoreError::Exists(id.to_string()));
         }
-        let tmp = self.root.join(format!(".tmp-{id}-{}-{}", std::process::id(), unique()));
+        check_recording(audio, &ext, transcript)?;
+        let _lock = self.lock(true)?;
+        if !replace && dir.exists() {
+            return Err(StoreError::Exists(id.to_string()));
+        }
+        let tmp = self.root.join(format!("{TMP_PREFIX}{id}-{}-{}", std::process::id(), unique()));
         let write = || -> std::io::Result<()> {
             std::fs::create_dir(&tmp)?;
-            std::fs::write(tmp.join(format!("reference.{ext}")), audio)?;
+            write_synced(&tmp.join(format!("reference.{ext}")), audio)?;
             let config = format!("{{\"transcript\": {}}}\n", json_string(transcript));
-            std::fs::write(tmp.join("config.json"), config)?;
+            write_synced(&tmp.join("config.json"), config.as_bytes())?;
             if dir.exists() {
-                // Move the old voice aside first, so a failed rename leaves it recoverable.
-                let old = self.root.join(format!(".old-{id}-{}-{}", std::process::id(), unique()));
+                // Move the old voice aside first, so a failed rename leaves it recoverable (and
+                // the sweep puts it back after a crash).
+                let old = self.root.join(format!("{OLD_PREFIX}{id}-{}-{}", std::process::id(), unique()));
                 std::fs::rename(&dir, &old)?;
                 match std::fs::rename(&tmp, &dir) {
                     Ok(()) => std::fs::remove_dir_all(&old),
@@ -141,22 +259,54 @@ impl VoiceStore {
         };
         if let Err(e) = write() {
             let _ = std::fs::remove_dir_all(&tmp);
-            return Err(SynthError::Store(format!("cannot write voice {id:?}: {e}")));
+            return Err(StoreError::Io { action: format!("write voice {id:?}"), source: e });
         }
         self.get(id)
     }
 
     /// Deletes a voice.
-    pub fn remove(&self, id: &str) -> Result<(), SynthError> {
+    pub fn remove(&self, id: &str) -> Result<(), StoreError> {
         let dir = self.dir(id)?;
-        if read_entry(id, &dir).is_none() {
-            return Err(SynthError::NotFound(format!("no voice {id:?} in {}", self.root.display())));
+        let _lock = self.lock(true)?;
+        if !dir.exists() {
+            return Err(StoreError::NotFound(id.to_string()));
         }
-        let trash = self.root.join(format!(".del-{id}-{}-{}", std::process::id(), unique()));
+        let trash = self.root.join(format!("{DEL_PREFIX}{id}-{}-{}", std::process::id(), unique()));
         std::fs::rename(&dir, &trash)
             .and_then(|_| std::fs::remove_dir_all(&trash))
-            .map_err(|e| SynthError::Store(format!("cannot remove voice {id:?}: {e}")))
+            .map_err(|source| StoreError::Io { action: format!("remove voice {id:?}"), source })
     }
+}
+
+/// Decodes at most the reference limit of a recording and prepares it as a voice, to refuse a
+/// recording that is not audio, too long, silent or too short before it is stored.
+fn check_recording(audio: &[u8], ext: &str, transcript: &str) -> Result<(), StoreError> {
+    use f5_audio::decode::DecodeLimit;
+    let limit = DecodeLimit::REFERENCE;
+    let decoded = f5_audio::decode::decode_bytes_limited(audio, "the recording", Some(ext), limit)
+        .map_err(|e| StoreError::Unusable(e.to_string()))?;
+    if decoded.cut {
+        return Err(StoreError::AudioTooLong(limit.max_seconds));
+    }
+    crate::Voice::from_audio(&decoded.audio, transcript, f5_audio::level::TARGET_RMS).map(|_| ()).map_err(|e| match e {
+        SynthError::Reference(m) => StoreError::Unusable(m),
+        other => StoreError::Unusable(other.to_string()),
+    })
+}
+
+/// The reason of a read error without the path it names.
+fn io_reason(e: &f5_audio::AudioError) -> String {
+    match e {
+        f5_audio::AudioError::Io { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = File::create(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
 }
 
 fn unique() -> u64 {
@@ -230,7 +380,8 @@ mod tests {
         assert_eq!(s.get("alice").unwrap().transcript, "replaced");
         assert_eq!(s.list().unwrap().len(), 1);
         s.remove("alice").unwrap();
-        assert!(matches!(s.get("alice"), Err(SynthError::NotFound(_))));
+        assert!(matches!(s.get("alice"), Err(StoreError::NotFound(_))));
+        assert!(matches!(s.remove("alice"), Err(StoreError::NotFound(_))));
         assert!(s.list().unwrap().is_empty());
         // Nothing but voices is left behind.
         assert_eq!(std::fs::read_dir(s.root()).unwrap().count(), 0);
@@ -240,12 +391,69 @@ mod tests {
     fn bad_uploads_write_nothing_and_keep_what_exists() {
         let s = store();
         s.add("bob", "Original.", &wav(), "wav", false).unwrap();
-        assert!(s.add("bob", "New.", b"not audio at all", "wav", true).is_err());
+        assert!(matches!(s.add("bob", "New.", b"not audio at all", "wav", true), Err(StoreError::Unusable(_))));
         assert_eq!(s.get("bob").unwrap().transcript, "Original.");
-        assert!(s.add("../evil", "x", &wav(), "wav", false).is_err());
-        assert!(s.add("carol", " ", &wav(), "wav", false).is_err());
-        assert!(s.add("carol", "x", &wav(), "exe", false).is_err());
+        assert!(matches!(s.add("bob", "New.", &wav(), "wav", false), Err(StoreError::Exists(_))));
+        assert!(matches!(s.add("../evil", "x", &wav(), "wav", false), Err(StoreError::InvalidId(_))));
+        assert!(matches!(s.add("carol", " ", &wav(), "wav", false), Err(StoreError::EmptyTranscript)));
+        assert!(matches!(s.add("carol", "x", &wav(), "exe", false), Err(StoreError::UnsupportedType(_))));
         assert_eq!(s.list().unwrap().len(), 1);
         assert_eq!(std::fs::read_dir(s.root()).unwrap().count(), 1);
+    }
+
+    /// Many threads replacing and deleting one voice: every call either succeeds or is refused
+    /// for a reason of the request (not found), never an I/O failure; nothing is left but the
+    /// voice itself; readers see a whole voice or none.
+    #[test]
+    fn concurrent_replace_and_remove_of_one_voice() {
+        let s = store();
+        let audio = wav();
+        s.add("dora", "First.", &audio, "wav", false).unwrap();
+        std::thread::scope(|scope| {
+            for t in 0..12 {
+                let (s, audio) = (&s, &audio);
+                scope.spawn(move || {
+                    for i in 0..5 {
+                        let result = if (t + i) % 3 == 0 {
+                            s.remove("dora").map(|_| ())
+                        } else {
+                            s.add("dora", &format!("Take {t} {i}."), audio, "wav", true).map(|_| ())
+                        };
+                        match result {
+                            Ok(()) | Err(StoreError::NotFound(_)) => {}
+                            Err(e) => panic!("thread {t} call {i}: {e}"),
+                        }
+                        match s.read("dora") {
+                            Ok((entry, bytes)) => assert_eq!(bytes.len(), audio.len(), "{entry:?}"),
+                            Err(StoreError::NotFound(_)) => {}
+                            Err(e) => panic!("read: {e}"),
+                        }
+                    }
+                });
+            }
+        });
+        let left: Vec<String> =
+            std::fs::read_dir(s.root()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert!(left.is_empty() || left == ["dora"], "only the voice remains: {left:?}");
+    }
+
+    /// What a crashed writer leaves is cleaned when the store opens; a voice moved aside by an
+    /// interrupted replacement comes back.
+    #[test]
+    fn opening_sweeps_stale_temporaries() {
+        let s = store();
+        s.add("erin", "Kept.", &wav(), "wav", false).unwrap();
+        s.add("fred", "Moved aside.", &wav(), "wav", false).unwrap();
+        std::fs::create_dir(s.root().join(".tmp-erin-1-2")).unwrap();
+        std::fs::write(s.root().join(".tmp-erin-1-2/reference.wav"), b"partial").unwrap();
+        std::fs::create_dir(s.root().join(".del-gone-1-3")).unwrap();
+        std::fs::create_dir(s.root().join(".old-erin-1-4")).unwrap();
+        std::fs::rename(s.root().join("fred"), s.root().join(".old-fred-1-5")).unwrap();
+        let reopened = VoiceStore::open(s.root()).unwrap();
+        let mut left: Vec<String> =
+            std::fs::read_dir(s.root()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, ["erin", "fred"]);
+        assert_eq!(reopened.get("fred").unwrap().transcript, "Moved aside.");
     }
 }

@@ -47,12 +47,34 @@ impl Voice {
     /// Decodes, clips (the reference's silence-aware ≤ 12 s rule, edge trim, +50 ms), mixes to
     /// mono, raises the loudness to `target_rms` when quieter, resamples to 24 kHz and computes
     /// the mel.
+    ///
+    /// Only the first [`DecodeLimit::REFERENCE`] seconds of the file are decoded (see
+    /// [`Voice::load_capped`] to learn whether the file held more).
+    ///
+    /// [`DecodeLimit::REFERENCE`]: f5_audio::decode::DecodeLimit::REFERENCE
     pub fn load(path: &Path, transcript: &str, target_rms: f32) -> Result<Voice, SynthError> {
-        let audio = f5_audio::decode_file(path).map_err(|e| SynthError::Reference(format!("{}: {e}", path.display())))?;
-        Self::from_audio(&audio, transcript, target_rms).map_err(|e| match e {
-            SynthError::Reference(m) => SynthError::Reference(format!("{}: {m}", path.display())),
+        Self::load_capped(path, transcript, target_rms).map(|(voice, _)| voice)
+    }
+
+    /// [`Voice::load`], also saying whether the recording was longer than the reference limit
+    /// and only its beginning was used. The file must be a regular file of at most
+    /// [`crate::store::MAX_AUDIO_BYTES`]: a FIFO, a device or a huge file is refused before it is
+    /// read.
+    pub fn load_capped(path: &Path, transcript: &str, target_rms: f32) -> Result<(Voice, bool), SynthError> {
+        let in_file = |m: String| SynthError::Reference(format!("{}: {m}", path.display()));
+        let bytes = f5_audio::decode::read_regular_file(path, crate::store::MAX_AUDIO_BYTES as u64).map_err(|e| match e {
+            // The read error names the path already.
+            f5_audio::AudioError::Io { .. } => SynthError::Reference(e.to_string()),
+            other => in_file(other.to_string()),
+        })?;
+        let ext = path.extension().and_then(|e| e.to_str());
+        let limit = f5_audio::decode::DecodeLimit::REFERENCE;
+        let decoded = f5_audio::decode::decode_bytes_limited(&bytes, "the recording", ext, limit).map_err(|e| in_file(e.to_string()))?;
+        let voice = Self::from_audio(&decoded.audio, transcript, target_rms).map_err(|e| match e {
+            SynthError::Reference(m) => in_file(m),
             other => other,
-        })
+        })?;
+        Ok((voice, decoded.cut))
     }
 
     pub fn from_audio(audio: &DecodedAudio, transcript: &str, target_rms: f32) -> Result<Voice, SynthError> {
@@ -149,8 +171,12 @@ impl VoiceCache {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn load(&self, path: &Path, transcript: &str, target_rms: f32) -> Result<Arc<Voice>, SynthError> {
-        let bytes = std::fs::read(path).map_err(|e| SynthError::Reference(format!("{}: {e}", path.display())))?;
+    /// The voice made of a recording's `bytes` (container named by `extension`) and its
+    /// transcript, prepared once and then shared. At most [`DecodeLimit::REFERENCE`] of the
+    /// recording is decoded. Errors say "the recording", never where it is stored.
+    ///
+    /// [`DecodeLimit::REFERENCE`]: f5_audio::decode::DecodeLimit::REFERENCE
+    pub fn load(&self, bytes: &[u8], extension: Option<&str>, transcript: &str, target_rms: f32) -> Result<Arc<Voice>, SynthError> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         bytes.hash(&mut h);
         transcript.hash(&mut h);
@@ -159,9 +185,10 @@ impl VoiceCache {
         if let Some(v) = self.lock().touch(key) {
             return Ok(v);
         }
-        let ext = path.extension().and_then(|e| e.to_str());
-        let audio = f5_audio::decode_bytes(&bytes, &path.display().to_string(), ext).map_err(|e| SynthError::Reference(e.to_string()))?;
-        let voice = Arc::new(Voice::from_audio(&audio, transcript, target_rms)?);
+        let limit = f5_audio::decode::DecodeLimit::REFERENCE;
+        let audio = f5_audio::decode::decode_bytes_limited(bytes, "the recording", extension, limit)
+            .map_err(|e| SynthError::Reference(e.to_string()))?;
+        let voice = Arc::new(Voice::from_audio(&audio.audio, transcript, target_rms)?);
         let mut entries = self.lock();
         entries.tick += 1;
         let tick = entries.tick;
@@ -188,8 +215,8 @@ mod tests {
         assert_eq!(fix_transcript("Really?"), "Really?. ");
     }
 
-    fn reference() -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/audio/ref_22050.wav")
+    fn reference() -> Vec<u8> {
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/audio/ref_22050.wav")).expect("fixture")
     }
 
     /// A full cache forgets the voice used longest ago, not the one just used, and never holds
@@ -198,18 +225,19 @@ mod tests {
     #[test]
     fn voice_cache_evicts_the_least_recently_used() {
         let cache = VoiceCache::with_capacity(2);
-        let path = reference();
-        let a = cache.load(&path, "Transcript A.", 0.1).expect("voice a");
-        let b = cache.load(&path, "Transcript B.", 0.1).expect("voice b");
+        let wav = reference();
+        let path = (wav.as_slice(), Some("wav"));
+        let a = cache.load(path.0, path.1, "Transcript A.", 0.1).expect("voice a");
+        let b = cache.load(path.0, path.1, "Transcript B.", 0.1).expect("voice b");
         assert_eq!(cache.len(), 2);
         // A hit is the same prepared voice.
-        assert!(Arc::ptr_eq(&a, &cache.load(&path, "Transcript A.", 0.1).expect("a again")));
+        assert!(Arc::ptr_eq(&a, &cache.load(path.0, path.1, "Transcript A.", 0.1).expect("a again")));
         // A third voice pushes out b, the one used longest ago.
-        let c = cache.load(&path, "Transcript C.", 0.1).expect("voice c");
+        let c = cache.load(path.0, path.1, "Transcript C.", 0.1).expect("voice c");
         assert_eq!(cache.len(), 2, "the cache stays within its capacity");
-        assert!(Arc::ptr_eq(&a, &cache.load(&path, "Transcript A.", 0.1).expect("a kept")), "a, used recently, is kept");
-        assert!(Arc::ptr_eq(&c, &cache.load(&path, "Transcript C.", 0.1).expect("c kept")));
-        let b_again = cache.load(&path, "Transcript B.", 0.1).expect("b reloaded");
+        assert!(Arc::ptr_eq(&a, &cache.load(path.0, path.1, "Transcript A.", 0.1).expect("a kept")), "a, used recently, is kept");
+        assert!(Arc::ptr_eq(&c, &cache.load(path.0, path.1, "Transcript C.", 0.1).expect("c kept")));
+        let b_again = cache.load(path.0, path.1, "Transcript B.", 0.1).expect("b reloaded");
         assert!(!Arc::ptr_eq(&b, &b_again), "b was evicted and prepared afresh");
         assert_eq!(b.wave, b_again.wave, "a reload prepares the same voice");
         assert_eq!(cache.len(), 2);
@@ -218,9 +246,10 @@ mod tests {
     #[test]
     fn voice_cache_default_is_bounded() {
         let cache = VoiceCache::default();
-        let path = reference();
+        let wav = reference();
+        let path = (wav.as_slice(), Some("wav"));
         for i in 0..VoiceCache::DEFAULT_CAPACITY + 3 {
-            cache.load(&path, &format!("Transcript {i}."), 0.1).expect("voice");
+            cache.load(path.0, path.1, &format!("Transcript {i}."), 0.1).expect("voice");
         }
         assert_eq!(cache.len(), VoiceCache::DEFAULT_CAPACITY);
     }

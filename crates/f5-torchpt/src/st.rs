@@ -8,8 +8,14 @@ use safetensors::Dtype;
 
 use crate::{DType, Error, Result, TensorInfo};
 
-/// Same cap the safetensors crate applies; checked here before anything is parsed.
-const MAX_HEADER_BYTES: u64 = 100_000_000;
+/// Largest header read. Real checkpoints' headers are a few hundred kilobytes (about 100 bytes
+/// per tensor); parsing JSON costs several times its size in memory, so the cap is far below the
+/// safetensors crate's 100 MB. Checked before anything is parsed.
+pub(crate) const MAX_HEADER_BYTES: u64 = 16 << 20;
+/// Most tensors a header may describe: F5 has under a thousand, the largest public models tens
+/// of thousands. Counted in the raw header before it is parsed, since each parsed entry costs a
+/// map node, a name and a shape (a million tiny entries took close to a gigabyte).
+pub(crate) const MAX_TENSORS: usize = 100_000;
 
 /// Cheap sniff: the JSON header's `{` right after the 8-byte length. The length itself is not
 /// judged here, so that a lying length is reported as a bad safetensors header rather than as
@@ -39,6 +45,12 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<BTreeMap<String, Tensor
     // Both ≤ bytes.len().
     let data_start = 8 + header_len as usize;
     let header = bytes.get(8..data_start).ok_or_else(|| st_err("header outside the file".into()))?;
+    // Every tensor entry has a `data_offsets` key; a count of that word bounds the entries from
+    // above (a metadata string holding the word only makes the bound stricter).
+    let entries = header.windows(OFFSETS_KEY.len()).filter(|w| *w == OFFSETS_KEY).count();
+    if entries > MAX_TENSORS {
+        return Err(st_err(format!("header describes {entries} tensors; the limit is {MAX_TENSORS}")));
+    }
     let metadata: Metadata = serde_json::from_slice(header).map_err(|e| st_err(format!("header is not valid safetensors JSON: {e}")))?;
     let data_len = bytes.len() - data_start;
     if metadata.data_len() != data_len {
@@ -61,6 +73,8 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<BTreeMap<String, Tensor
     }
     Ok(tensors)
 }
+
+const OFFSETS_KEY: &[u8] = b"\"data_offsets\"";
 
 fn row_major_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![1usize; shape.len()];

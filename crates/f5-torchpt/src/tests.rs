@@ -428,3 +428,26 @@ proptest! {
         }
     }
 }
+
+/// A header that describes more tensors than any model has, or is larger than any real header,
+/// is refused before it is parsed (a million tiny entries used to cost close to a gigabyte).
+#[test]
+fn oversized_safetensors_headers_are_refused_before_parsing() {
+    let file = |header: &str| {
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes
+    };
+    let many: Vec<String> =
+        (0..crate::st::MAX_TENSORS + 1).map(|i| format!("\"t{i}\":{{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}")).collect();
+    let header = format!("{{{}}}", many.join(","));
+    assert!((header.len() as u64) < crate::st::MAX_HEADER_BYTES, "the count, not the size, must refuse this one");
+    let Err(e) = open_bytes(file(&header)) else { panic!("too many tensors accepted") };
+    assert!(matches!(e, Error::Safetensors { .. }) && e.to_string().contains("tensors; the limit"), "{e}");
+    // One entry fewer than the limit is not refused by the count.
+    let fewer = format!("{{{}}}", many[..crate::st::MAX_TENSORS].join(","));
+    assert!(open_bytes(file(&fewer)).is_ok());
+    let padded = format!("{{\"__metadata__\":{{\"pad\":\"{}\"}}}}", "x".repeat(crate::st::MAX_HEADER_BYTES as usize));
+    let Err(e) = open_bytes(file(&padded)) else { panic!("too large a header accepted") };
+    assert!(e.to_string().contains("limit"), "{e}");
+}

@@ -165,3 +165,94 @@ pub async fn health(c: &reqwest::Client, s: &TestServer) -> serde_json::Value {
     assert_eq!(r.status(), 200);
     r.json().await.expect("health json")
 }
+
+/// A FLAC file of `frames` 16-bit mono samples at `rate`, every one `value`: each frame is one
+/// constant subframe (a few bytes for up to 65535 samples), so a few kilobytes decode to
+/// gigabytes. Built by hand: frame header with CRC-8, constant subframe, CRC-16.
+pub fn constant_flac(rate: u32, frames: u64, value: i16) -> Vec<u8> {
+    const BLOCK: u64 = 65_535;
+    fn crc8(bytes: &[u8]) -> u8 {
+        let mut crc = 0u8;
+        for &b in bytes {
+            crc ^= b;
+            for _ in 0..8 {
+                crc = if crc & 0x80 != 0 { (crc << 1) ^ 0x07 } else { crc << 1 };
+            }
+        }
+        crc
+    }
+    fn crc16(bytes: &[u8]) -> u16 {
+        let mut crc = 0u16;
+        for &b in bytes {
+            crc ^= u16::from(b) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x8005 } else { crc << 1 };
+            }
+        }
+        crc
+    }
+    /// FLAC's UTF-8-like coding of the frame number.
+    fn coded_number(n: u64) -> Vec<u8> {
+        if n < 0x80 {
+            return vec![n as u8];
+        }
+        let mut tail = Vec::new();
+        let mut n = n;
+        let mut lead_bits = 6u32; // payload bits left for the first byte
+        while n >= (1 << lead_bits) {
+            tail.push(0x80 | (n & 0x3f) as u8);
+            n >>= 6;
+            lead_bits -= 1;
+        }
+        let count = tail.len() as u32 + 1;
+        let lead = (0xffu16 << (8 - count)) as u8 | n as u8;
+        let mut out = vec![lead];
+        out.extend(tail.iter().rev());
+        out
+    }
+    let mut out = b"fLaC".to_vec();
+    // STREAMINFO, the last metadata block: 34 bytes.
+    out.extend([0x80, 0, 0, 34]);
+    out.extend((BLOCK as u16).to_be_bytes());
+    out.extend((BLOCK as u16).to_be_bytes());
+    out.extend([0; 6]); // frame sizes unknown
+                        // 20 bits rate, 3 bits channels-1 (0), 5 bits bps-1 (15), 36 bits total samples.
+    let packed: u64 = (u64::from(rate) << 44) | (15u64 << 36) | (frames & ((1 << 36) - 1));
+    out.extend(packed.to_be_bytes());
+    out.extend([0; 16]); // no MD5
+    let mut done = 0u64;
+    let mut number = 0u64;
+    while done < frames {
+        let block = (frames - done).min(BLOCK);
+        let mut frame = vec![0xff, 0xf8];
+        // Block size from the 16-bit field at the end of the header; the rate from STREAMINFO.
+        frame.push(0x70);
+        // Mono, 16-bit.
+        frame.push(0x08);
+        frame.extend(coded_number(number));
+        frame.extend(((block - 1) as u16).to_be_bytes());
+        frame.push(crc8(&frame));
+        frame.push(0x00); // constant subframe, no wasted bits
+        frame.extend(value.to_be_bytes());
+        let crc = crc16(&frame);
+        frame.extend(crc.to_be_bytes());
+        out.extend(frame);
+        done += block;
+        number += 1;
+    }
+    out
+}
+
+/// This process's peak resident memory in bytes (Linux), after resetting it to the current
+/// resident size when `reset`.
+pub fn peak_rss(reset: bool) -> u64 {
+    if reset {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
