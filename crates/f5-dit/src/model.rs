@@ -55,7 +55,7 @@ impl From<NnError> for DitError {
             NnError::Shape { tensor, detail, .. } => DitError::Shape { tensor, detail },
             NnError::Checkpoint(e) => DitError::Checkpoint(e),
             NnError::Kit(e) => DitError::Kit(e),
-            ambiguous @ NnError::Ambiguous { .. } => DitError::Config(ambiguous.to_string()),
+            other @ (NnError::Ambiguous { .. } | NnError::NoCheckpoint { .. }) => DitError::Config(other.to_string()),
         }
     }
 }

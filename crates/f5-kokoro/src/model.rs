@@ -1,7 +1,7 @@
 //! The whole model: loading and the forward pass.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use f5_gpukit::Backend;
 use f5_nn::torch_rand::TorchGenerator;
@@ -37,32 +37,14 @@ pub struct Speech {
     pub durations: Vec<usize>,
 }
 
-/// The checkpoint inside a Kokoro directory: `kokoro-v1_0.pth` as released, else the only
-/// `*.pth` / `*.safetensors`.
-fn weights_in(dir: &Path) -> Result<PathBuf, KokoroError> {
-    let release = dir.join("kokoro-v1_0.pth");
-    if release.is_file() {
-        return Ok(release);
-    }
-    let listing = std::fs::read_dir(dir).map_err(|e| KokoroError::Config(format!("{}: {e}", dir.display())))?;
-    let mut found: Vec<PathBuf> = listing
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "pth" || e == "safetensors"))
-        .collect();
-    found.sort();
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        0 => Err(KokoroError::Config(format!("{}: no kokoro-v1_0.pth or other .pth/.safetensors here", dir.display()))),
-        _ => Err(KokoroError::Config(format!("{}: several checkpoints ({found:?}); pass the one to load", dir.display()))),
-    }
-}
-
 impl<B: Backend> Kokoro<B> {
     /// Opens a model directory (a checkpoint + `config.json`, the Hugging Face release layout) or
     /// a checkpoint file with `config.json` beside it, and uploads the weights to `kit`.
     pub fn open(path: impl AsRef<Path>, kit: B) -> Result<Self, KokoroError> {
         let path = path.as_ref();
-        let weights = if path.is_dir() { weights_in(path)? } else { path.to_path_buf() };
+        // The Hugging Face release names it kokoro-v1_0.pth; other layouts are a single file.
+        let weights =
+            if path.is_dir() { f5_nn::checkpoint_in(path, &["kokoro-v1_0.pth"], &["pth", "safetensors"])? } else { path.to_path_buf() };
         let config_path = weights.parent().map(|d| d.join("config.json")).filter(|p| p.is_file());
         let config_path =
             config_path.ok_or_else(|| KokoroError::Config(format!("{}: no config.json beside the checkpoint", weights.display())))?;

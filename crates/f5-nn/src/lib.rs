@@ -24,6 +24,9 @@ pub enum NnError {
     /// Two names in the file map to one canonical name (e.g. `a.module.w` and `a.w`).
     #[error("{path}: tensors {first} and {second} are both {canonical}")]
     Ambiguous { path: String, first: String, second: String, canonical: String },
+    /// A model directory without exactly one checkpoint to load.
+    #[error("{dir}: {detail}")]
+    NoCheckpoint { dir: String, detail: String },
     #[error(transparent)]
     Checkpoint(#[from] f5_torchpt::Error),
     #[error(transparent)]
@@ -31,6 +34,27 @@ pub enum NnError {
 }
 
 pub type Result<T, E = NnError> = std::result::Result<T, E>;
+
+/// The checkpoint inside a model directory: the first of `named` that exists, else the one file
+/// whose extension is in `extensions` (several such files are refused: the caller must pick).
+pub fn checkpoint_in(dir: &std::path::Path, named: &[&str], extensions: &[&str]) -> Result<std::path::PathBuf> {
+    let err = |detail: String| NnError::NoCheckpoint { dir: dir.display().to_string(), detail };
+    if let Some(p) = named.iter().map(|n| dir.join(n)).find(|p| p.is_file()) {
+        return Ok(p);
+    }
+    let listing = std::fs::read_dir(dir).map_err(|e| err(e.to_string()))?;
+    let mut found: Vec<std::path::PathBuf> = listing
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().and_then(|e| e.to_str()).is_some_and(|e| extensions.contains(&e)))
+        .collect();
+    found.sort();
+    let wanted = named.iter().map(|n| n.to_string()).chain(extensions.iter().map(|e| format!("*.{e}"))).collect::<Vec<_>>().join(" or ");
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(err(format!("no {wanted} in this directory"))),
+        _ => Err(err(format!("several checkpoints ({found:?}); pass the one to load"))),
+    }
+}
 
 /// The README's example, compiled as a doctest so it cannot rot.
 #[cfg(doctest)]

@@ -4,7 +4,7 @@
 //! caller's mel comes in and the one the kit's convolutions, norms and GEMMs take, so nothing
 //! is transposed. Only the spectrum leaves the device; the inverse STFT runs on the host.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use f5_gpukit::{Backend, Conv1dSpec};
 use f5_nn::{Conv1d, ConvNeXtBlock, LayerNorm, Linear, NnError, Weights};
@@ -48,30 +48,8 @@ impl From<NnError> for VocosError {
             NnError::Shape { tensor, detail, .. } => VocosError::Shape { tensor, detail },
             NnError::Checkpoint(e) => VocosError::from(e),
             NnError::Kit(e) => VocosError::from(e),
-            ambiguous @ NnError::Ambiguous { .. } => VocosError::Config(ambiguous.to_string()),
+            other @ (NnError::Ambiguous { .. } | NnError::NoCheckpoint { .. }) => VocosError::Config(other.to_string()),
         }
-    }
-}
-
-/// The weight file inside a Vocos directory: `pytorch_model.bin` as charactr publishes it,
-/// else `model.safetensors`, else the directory's only `*.safetensors`.
-fn weights_in(dir: &Path) -> Result<PathBuf, VocosError> {
-    for name in ["pytorch_model.bin", "model.safetensors"] {
-        let p = dir.join(name);
-        if p.is_file() {
-            return Ok(p);
-        }
-    }
-    let listing = std::fs::read_dir(dir).map_err(|e| VocosError::Config(format!("{}: {e}", dir.display())))?;
-    let mut st: Vec<PathBuf> = listing
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "safetensors"))
-        .collect();
-    st.sort();
-    match st.len() {
-        1 => Ok(st.remove(0)),
-        0 => Err(VocosError::Config(format!("{}: no pytorch_model.bin or *.safetensors in this directory", dir.display()))),
-        _ => Err(VocosError::Config(format!("{}: several *.safetensors files ({st:?}); pass the one to load", dir.display()))),
     }
 }
 
@@ -82,7 +60,12 @@ impl<B: Backend> Vocos<B> {
     /// charactr's defaults ([`VocosConfig::hop_source`] tells which).
     pub fn open(path: impl AsRef<Path>, kit: B) -> Result<Self, VocosError> {
         let path = path.as_ref();
-        let weights = if path.is_dir() { weights_in(path)? } else { path.to_path_buf() };
+        // charactr publishes `pytorch_model.bin`; exports are a single `.safetensors`.
+        let weights = if path.is_dir() {
+            f5_nn::checkpoint_in(path, &["pytorch_model.bin", "model.safetensors"], &["safetensors"])?
+        } else {
+            path.to_path_buf()
+        };
         let ckpt = Checkpoint::open(&weights)?;
         let yaml = weights.parent().map(|d| d.join("config.yaml")).filter(|p| p.is_file());
         let config = VocosConfig::infer(&ckpt, yaml.as_deref())?;

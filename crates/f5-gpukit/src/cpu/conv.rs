@@ -28,19 +28,25 @@ fn source_row(spec: &Conv1dSpec, t: usize, k: usize) -> Option<usize> {
     spec.pad_mode.source(t * spec.stride + k * spec.dilation, spec.pad, spec.n)
 }
 
-fn depthwise(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    let Conv1dSpec { batch, n, c_in: c, kernel, .. } = *spec;
-    let n_out = spec.n_out();
-    if c == 0 || n_out == 0 {
-        return;
-    }
-    // [c, 1, K] → [K, c] so the inner loop runs along contiguous channels.
+/// A depthwise filter bank `[c, 1, K]` as `[K, c]`, so the inner loops of both depthwise
+/// convolutions run along contiguous channels.
+fn taps_by_channel(w: &[f32], c: usize, kernel: usize) -> Vec<f32> {
     let mut wt = vec![0.0f32; kernel * c];
     for ch in 0..c {
         for k in 0..kernel {
             wt[k * c + ch] = w[ch * kernel + k];
         }
     }
+    wt
+}
+
+fn depthwise(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    let Conv1dSpec { batch, n, c_in: c, kernel, .. } = *spec;
+    let n_out = spec.n_out();
+    if c == 0 || n_out == 0 {
+        return;
+    }
+    let wt = taps_by_channel(w, c, kernel);
     for b in 0..batch {
         let xb = &x[b * n * c..(b + 1) * n * c];
         let yb = &mut y[b * n_out * c..(b + 1) * n_out * c];
@@ -200,12 +206,7 @@ fn taps(spec: &ConvTranspose1dSpec, o: usize) -> impl Iterator<Item = (usize, us
 fn transpose_depthwise(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], y: &mut [f32]) {
     let ConvTranspose1dSpec { batch, n, c_in: c, kernel, .. } = *spec;
     let n_out = spec.n_out();
-    let mut wt = vec![0.0f32; kernel * c];
-    for ch in 0..c {
-        for k in 0..kernel {
-            wt[k * c + ch] = w[ch * kernel + k];
-        }
-    }
+    let wt = taps_by_channel(w, c, kernel);
     for b in 0..batch {
         let xb = &x[b * n * c..(b + 1) * n * c];
         let yb = &mut y[b * n_out * c..(b + 1) * n_out * c];
