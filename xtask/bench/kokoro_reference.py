@@ -74,6 +74,31 @@ with torch.no_grad():
             torch.manual_seed(0)
             return model.forward_with_tokens(ids, ref_s, case["speed"])
 
+        def first_half():
+            # forward_with_tokens up to the decoder's inputs, line for line.
+            input_lengths = torch.full((1,), ids.shape[-1], dtype=torch.long)
+            text_mask = torch.arange(input_lengths.max()).unsqueeze(0).expand(1, -1).type_as(input_lengths)
+            text_mask = torch.gt(text_mask + 1, input_lengths.unsqueeze(1))
+            bert_dur = model.bert(ids, attention_mask=(~text_mask).int())
+            d_en = model.bert_encoder(bert_dur).transpose(-1, -2)
+            s = ref_s[:, 128:]
+            d = model.predictor.text_encoder(d_en, s, input_lengths, text_mask)
+            x, _ = model.predictor.lstm(d)
+            duration = torch.sigmoid(model.predictor.duration_proj(x)).sum(axis=-1) / case["speed"]
+            pred_dur = torch.round(duration).clamp(min=1).long().squeeze()
+            indices = torch.repeat_interleave(torch.arange(ids.shape[1]), pred_dur)
+            aln = torch.zeros((ids.shape[1], indices.shape[0]))
+            aln[indices, torch.arange(indices.shape[0])] = 1
+            aln = aln.unsqueeze(0)
+            en = d.transpose(-1, -2) @ aln
+            model.predictor.F0Ntrain(en, s)
+            t_en = model.text_encoder(ids, input_lengths, text_mask)
+            return t_en @ aln
+
         audio, _ = run()
-        out["cases"][case["name"]] = {"seconds": best_of(run, args.min_seconds), "samples": int(audio.numel())}
+        out["cases"][case["name"]] = {
+            "seconds": best_of(run, args.min_seconds),
+            "samples": int(audio.numel()),
+            "first_half": best_of(first_half, args.min_seconds),
+        }
 print(json.dumps(out))

@@ -81,7 +81,11 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
             }
             Ok(())
         })?;
-        ours.push((name.to_string(), secs, samples));
+        let half = best_of(o.min_seconds, || {
+            model.align(ids, style, *speed, &mut Trace::off())?;
+            Ok(())
+        })?;
+        ours.push((name.to_string(), secs, samples, half));
     }
 
     // The new ops on Kokoro's shapes, for `frames_short` predicted frames.
@@ -147,7 +151,7 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     writeln!(md)?;
     writeln!(md, "| input | audio | f5 | f5 RTF | reference | reference RTF | f5 / reference speed |")?;
     writeln!(md, "|---|---|---|---|---|---|---|")?;
-    for (name, secs, samples) in &ours {
+    for (name, secs, samples, _) in &ours {
         let audio = *samples as f64 / 24_000.0;
         let r = reference.as_ref().and_then(|r| r["cases"][name.as_str()]["seconds"].as_f64());
         writeln!(
@@ -157,6 +161,21 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
             r.map_or("—".into(), |r| format!("{r:.3} s")),
             r.map_or("—".into(), |r| format!("{:.3}", r / audio)),
             r.map_or("—".into(), |r| format!("{:.2}×", r / secs))
+        )?;
+    }
+    writeln!(md)?;
+    writeln!(md, "The first half alone (ALBERT, durations, alignment, F0/N, text encoder: `Kokoro::align` vs the same lines of `forward_with_tokens`):")?;
+    writeln!(md)?;
+    writeln!(md, "| input | f5 | reference | f5 / reference speed |")?;
+    writeln!(md, "|---|---|---|---|")?;
+    for (name, _, _, half) in &ours {
+        let r = reference.as_ref().and_then(|r| r["cases"][name.as_str()]["first_half"].as_f64());
+        writeln!(
+            md,
+            "| {name} | {:.3} s | {} | {} |",
+            half,
+            r.map_or("—".into(), |r| format!("{r:.3} s")),
+            r.map_or("—".into(), |r| format!("{:.2}×", r / half))
         )?;
     }
     writeln!(md)?;
