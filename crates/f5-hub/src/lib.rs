@@ -17,6 +17,7 @@
 mod cache;
 mod config;
 mod error;
+mod family;
 mod http;
 mod name;
 mod progress;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 
 pub use config::HubConfig;
 pub use error::{HubError, Result};
+pub use family::{Resolved, ResolvedKokoro, KOKORO_CHECKPOINT};
 pub use name::{is_valid_id, Reference, MAX_ID_LEN, MAX_NAME_LEN};
 pub use progress::{Progress, ProgressFn};
 

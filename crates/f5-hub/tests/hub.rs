@@ -439,3 +439,55 @@ fn this_crate_writes_the_same_tree_as_python_huggingface_hub() {
     }
     assert_eq!(tree(&root.path().join("hf/hub")), tree(&python_tree));
 }
+
+/// A Kokoro release repository (`config.json` with an `istftnet` section, `kokoro-v1_0.pth`,
+/// `voices/NAME.pt`) named by the repository alone: told apart from F5 by its files, the
+/// checkpoint and config fetched at once, a voice on first use, and nothing asked twice.
+#[test]
+fn a_kokoro_repository_resolves_by_its_files_and_fetches_voices_on_demand() {
+    let config = br#"{"istftnet": {"upsample_rates": [10, 6]}, "n_token": 178}"#;
+    let weights: Vec<u8> = (0..50_000u32).map(|i| (i.wrapping_mul(40_503) >> 8) as u8).collect();
+    let voice = vec![7u8; 4096];
+    let repo = RepoSpec::new(COMMIT).file("config.json", config, false).file("kokoro-v1_0.pth", &weights, true).file(
+        "voices/af_heart.pt",
+        &voice,
+        true,
+    );
+    let f5_like = RepoSpec::new(COMMIT).file("config.json", br#"{"model": "F5TTS_v1_Base"}"#, false);
+    let server = TestServer::start(vec![("hexgrad/Kokoro-82M", repo), ("someone/f5-repo", f5_like)]);
+    let root = tempfile::tempdir().unwrap();
+    let hub = hub(root.path(), &server.endpoint(), None, false);
+
+    let f5_hub::Resolved::Kokoro(k) = hub.resolve("hexgrad/Kokoro-82M", None).unwrap() else { panic!("not read as Kokoro") };
+    assert_eq!(k.kind, ModelKind::Reference);
+    assert_eq!(fs::read(&k.checkpoint).unwrap(), weights);
+    assert_eq!(fs::read(k.checkpoint.with_file_name("config.json")).unwrap(), config);
+    assert_eq!(k.voices_dir, k.checkpoint.with_file_name("voices"));
+    let repo = k.repo.clone().expect("a hub model keeps its repository");
+    assert!(!k.voices_dir.join("af_heart.pt").exists(), "voices come on first use");
+    let path = hub.fetch_voice(&repo, "af_heart").unwrap().expect("the repository has af_heart");
+    assert_eq!(fs::read(&path).unwrap(), voice);
+    assert_eq!(path, k.voices_dir.join("af_heart.pt"));
+    assert_eq!(hub.fetch_voice(&repo, "af_nobody").unwrap(), None);
+    assert!(matches!(hub.fetch_voice(&repo, "../config"), Err(HubError::InvalidReference { .. })), "a voice name cannot leave voices/");
+
+    let before = server.request_count();
+    assert_eq!(hub.resolve("hexgrad/Kokoro-82M", None).unwrap(), f5_hub::Resolved::Kokoro(k.clone()));
+    assert_eq!(hub.fetch_voice(&repo, "af_heart").unwrap(), Some(path));
+    assert_eq!(server.request_count(), before, "a cache hit must not touch the network");
+
+    // A repository whose config is not Kokoro's is still not a file to load.
+    assert!(matches!(hub.resolve("someone/f5-repo", None), Err(HubError::RepositoryNotAFile { .. })));
+    // On disk, the same layout is found in a directory; an F5 directory stays F5.
+    let dir = root.path().join("kokoro-local");
+    fs::create_dir_all(dir.join("voices")).unwrap();
+    fs::write(dir.join("config.json"), config).unwrap();
+    fs::write(dir.join("kokoro-v1_0.pth"), &weights).unwrap();
+    let f5_hub::Resolved::Kokoro(local) = hub.resolve(dir.to_str().unwrap(), None).unwrap() else { panic!("local dir not Kokoro") };
+    assert_eq!((local.checkpoint, local.voices_dir, local.repo, local.kind), (dir.clone(), dir.join("voices"), None, ModelKind::Path));
+    let f5_dir = root.path().join("f5-local");
+    fs::create_dir_all(&f5_dir).unwrap();
+    fs::write(f5_dir.join("model.safetensors"), b"x").unwrap();
+    fs::write(f5_dir.join("vocab.txt"), vocab_bytes()).unwrap();
+    assert!(matches!(hub.resolve(f5_dir.to_str().unwrap(), None).unwrap(), f5_hub::Resolved::F5(_)));
+}
