@@ -1,7 +1,6 @@
 //! `f5`: F5-TTS zero-shot text-to-speech. Every failure ends as one readable line on stderr and
 //! a non-zero exit status.
 
-mod device;
 mod limits;
 mod npy;
 mod phonemes_cmd;
@@ -78,19 +77,22 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// The F5-TTS checkpoint: path, local id or hub reference (see `f5 synth --help`). Repeat
-    /// to offer several: the first is the default, a request names another by the name given
-    /// here (`"model": …`, listed by GET /models), and the one model thread exchanges the
-    /// weights when it does.
-    #[arg(long, short = 'm', required = true)]
+    /// A model of either family: path, local id or hub reference (see `f5 synth --help`;
+    /// default hexgrad/Kokoro-82M). Repeat to offer several, e.g. an F5 checkpoint and Kokoro:
+    /// the first is the default, a request names another by the name given here (`"model": …`,
+    /// listed by GET /models) or by its family (`f5`, `kokoro`), and the one model thread
+    /// exchanges the weights when it does. `ID=NAME` gives it a short id of your choosing
+    /// (`--model kokoro=hexgrad/Kokoro-82M`); ids never show a path of this machine.
+    #[arg(long, short = 'm')]
     model: Vec<String>,
     /// The checkpoint's vocab.txt (default: beside it). With several models: once for all of
     /// them, or once per --model, in the same order.
     #[arg(long)]
     vocab: Vec<String>,
-    /// The Vocos vocoder: path, local id or hub repo.
+    /// The Vocos vocoder of the F5 models: path, local id or hub repo (default
+    /// charactr/vocos-mel-24khz).
     #[arg(long)]
-    vocoder: String,
+    vocoder: Option<String>,
     /// Address to listen on. Anything but loopback exposes the API to the network: set --token.
     #[arg(long, default_value = "127.0.0.1:7860")]
     addr: std::net::SocketAddr,
@@ -360,28 +362,47 @@ fn vocode(a: &VocodeArgs) -> Result<()> {
 
 fn serve(a: ServeArgs) -> Result<()> {
     let device = f5_gpukit::DeviceChoice::parse(&a.device, &a.precision)?;
-    let hub = resolve::hub(false);
-    let Some((first, others)) = a.model.split_first() else { bail!("name a model with --model") };
+    let hub = std::sync::Arc::new(resolve::hub(false));
+    let names: Vec<String> = if a.model.is_empty() { vec![resolve::DEFAULT_MODEL.to_string()] } else { a.model.clone() };
     let vocab_for = |i: usize| match a.vocab.len() {
         0 => Ok(None),
         1 => Ok(a.vocab.first().map(String::as_str)),
-        n if n == a.model.len() => Ok(a.vocab.get(i).map(String::as_str)),
-        n => Err(anyhow::anyhow!("{n} --vocab for {} --model: give one for all, or one per model", a.model.len())),
+        n if n == names.len() => Ok(a.vocab.get(i).map(String::as_str)),
+        n => Err(anyhow::anyhow!("{n} --vocab for {} --model: give one for all, or one per model", names.len())),
     };
-    let (model, vocab) = resolve::model(&hub, first, vocab_for(0)?)?;
-    let mut more_models = Vec::with_capacity(others.len());
-    for (i, name) in others.iter().enumerate() {
-        let (model, vocab) = resolve::model(&hub, name, vocab_for(i + 1)?)?;
-        more_models.push(f5_server::ModelEntry { id: Some(name.clone()), model, vocab });
+    // `ID=NAME` gives a model the id requests use; otherwise the name itself is the id (a path
+    // is never shown: the server then takes the directory name).
+    let (ids, names): (Vec<Option<String>>, Vec<String>) = names
+        .iter()
+        .map(|n| match n.split_once('=') {
+            Some((id, name)) if f5_hub::is_valid_id(id) && !name.is_empty() => (Some(id.to_string()), name.to_string()),
+            _ => (Some(n.clone()), n.clone()),
+        })
+        .unzip();
+    let mut files = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        files.push(resolve::model_files(&hub, name, vocab_for(i)?, a.vocoder.as_deref(), resolve::Use::Server)?);
     }
-    let vocoder = resolve::vocoder(&hub, &a.vocoder)?;
+    if a.vocoder.is_some() && !files.iter().any(|f| f.clones_from_recording()) {
+        bail!("--vocoder applies to F5 models, and none was given");
+    }
+    let mut files = files.into_iter();
+    let Some(first) = files.next() else { bail!("name a model with --model") };
+    let more_models: Vec<f5_server::ModelEntry> = files
+        .zip(ids.iter().skip(1))
+        .map(|(f, id)| {
+            let mut e = f5_server::ModelEntry::with_files(f);
+            e.id = id.clone();
+            e
+        })
+        .collect();
     let voices = match a.voices {
         Some(v) => v,
         None => f5_synth::store::f5_home().join("voices"),
     };
-    let mut config = f5_server::ServerConfig::new(model, vocab, vocoder, voices);
+    let mut config = f5_server::ServerConfig::with_model(first, voices);
+    config.model_id = ids.first().cloned().flatten();
     config.addr = a.addr;
-    config.model_id = Some(first.clone());
     config.more_models = more_models;
     config.token = a.token.filter(|t| !t.is_empty());
     config.unload_after = a.unload_after.map(std::time::Duration::from_secs);

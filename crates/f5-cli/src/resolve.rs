@@ -40,17 +40,6 @@ pub fn hub(quiet: bool) -> Hub {
     })
 }
 
-/// A checkpoint and its vocabulary.
-pub fn model(hub: &Hub, name: &str, vocab: Option<&str>) -> Result<(PathBuf, PathBuf)> {
-    let r = hub.resolve_model(name, vocab).with_context(|| format!("model {name:?}"))?;
-    let Some(vocab) = r.vocab else {
-        bail!("model {name:?}: no vocab.txt beside {}; name one with --vocab", r.checkpoint.display());
-    };
-    crate::limits::require_regular_file(&r.checkpoint, "checkpoint")?;
-    crate::limits::require_regular_file(&vocab, "vocabulary")?;
-    Ok((r.checkpoint, vocab))
-}
-
 /// The vocoder weights (its config.yaml, when there is one, sits beside them).
 pub fn vocoder(hub: &Hub, name: &str) -> Result<PathBuf> {
     let weights = hub.resolve_vocoder(name).with_context(|| format!("vocoder {name:?}"))?.weights;
@@ -89,4 +78,50 @@ pub fn voice_dir(dir: &Path) -> Result<(PathBuf, String)> {
         Some(a) => Ok((a, transcript.to_string())),
         None => bail!("voice {}: no reference.wav (or reference.mp3/.flac/.ogg)", dir.display()),
     }
+}
+
+/// The hub model Kokoro's release is published as: what `--model` means when it is not given.
+pub const DEFAULT_MODEL: &str = "hexgrad/Kokoro-82M";
+/// The vocoder F5 checkpoints speak through unless `--vocoder` names another.
+pub const DEFAULT_VOCODER: &str = "charactr/vocos-mel-24khz";
+
+/// How a model is being used: by one command, where F5-only flags given for a Kokoro model are
+/// a mistake to point out, or among a server's models, where they belong to the others.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// `f5 synth`: voices may be files; `--vocab`/`--vocoder` for a Kokoro model are refused.
+    Command,
+    /// `f5 serve`: voices are names only (clients never name server files).
+    Server,
+}
+
+/// A model name → its files, the family told from the files ([`f5_hub::Hub::resolve`]). For a
+/// Kokoro repository on the hub, voices are fetched on first use through the same hub.
+pub fn model_files(hub: &Arc<Hub>, name: &str, vocab: Option<&str>, vocoder: Option<&str>, usage: Use) -> Result<f5_synth::ModelFiles> {
+    let resolved = hub.resolve(name, vocab).with_context(|| format!("model {name:?}"))?;
+    Ok(match resolved {
+        f5_hub::Resolved::F5(r) => {
+            let Some(vocab) = r.vocab else {
+                bail!("model {name:?}: no vocab.txt beside {}; name one with --vocab", r.checkpoint.display());
+            };
+            crate::limits::require_regular_file(&r.checkpoint, "checkpoint")?;
+            crate::limits::require_regular_file(&vocab, "vocabulary")?;
+            let vocoder = self::vocoder(hub, vocoder.unwrap_or(DEFAULT_VOCODER))?;
+            f5_synth::ModelFiles::F5 { checkpoint: r.checkpoint, vocab, vocoder }
+        }
+        f5_hub::Resolved::Kokoro(k) => {
+            if usage == Use::Command && vocab.is_some() {
+                bail!("model {name:?} is a Kokoro model: --vocab applies to F5 checkpoints only");
+            }
+            if usage == Use::Command && vocoder.is_some() {
+                bail!("model {name:?} is a Kokoro model, which makes its own audio: --vocoder applies to F5 checkpoints only");
+            }
+            let mut voices = f5_synth::KokoroVoices { dir: Some(k.voices_dir), allow_files: usage == Use::Command, ..Default::default() };
+            if let Some(repo) = k.repo {
+                let hub = hub.clone();
+                voices.fetch = Some(Arc::new(move |voice: &str| hub.fetch_voice(&repo, voice).map_err(|e| e.to_string())));
+            }
+            f5_synth::ModelFiles::Kokoro { checkpoint: k.checkpoint, voices }
+        }
+    })
 }

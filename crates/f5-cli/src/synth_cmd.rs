@@ -3,38 +3,41 @@
 mod spectrogram;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use f5_gpukit::{Backend, CpuBackend};
-use f5_synth::{Progress, SynthOptions, Synthesizer, Voice};
+use f5_synth::{ModelFiles, Progress, SpeakOptions, SpeechEngine, Voice, VoiceRef};
 
 use crate::{npy, resolve};
 
 #[derive(Args)]
 pub struct SynthArgs {
-    /// The F5-TTS checkpoint: a .safetensors/.pt file or a directory holding one; a local model
-    /// id ($F5_HOME/models/ID); or a hub reference owner/repo/path/to/file[@revision], downloaded
-    /// once into the Hugging Face cache (e.g. SWivid/F5-TTS/F5TTS_v1_Base/model_1250000.safetensors).
-    #[arg(long, short = 'm')]
+    /// The model: a directory or checkpoint file, a local id ($F5_HOME/models/ID), or a hub
+    /// reference, fetched once into the Hugging Face cache. The family is told from the files:
+    /// a Kokoro release (hexgrad/Kokoro-82M, the default; kokoro-v1_0.pth + config.json + voices/)
+    /// or an F5-TTS checkpoint (e.g. SWivid/F5-TTS/F5TTS_v1_Base/model_1250000.safetensors).
+    #[arg(long, short = 'm', default_value = resolve::DEFAULT_MODEL)]
     pub model: String,
-    /// The vocab.txt of the checkpoint (default: vocab.txt beside it, in the same directory or repo).
+    /// F5: the vocab.txt of the checkpoint (default: vocab.txt beside it, in the same directory or repo).
     #[arg(long)]
     pub vocab: Option<String>,
-    /// The Vocos vocoder: a directory or weights file, a local id, or a hub repo such as
-    /// charactr/vocos-mel-24khz.
+    /// F5: the Vocos vocoder: a directory or weights file, a local id, or a hub repo
+    /// (default charactr/vocos-mel-24khz).
     #[arg(long)]
-    pub vocoder: String,
-    /// A voice: an id in the voice store (`f5 voices list`), or a directory with reference.wav
-    /// (or .mp3/.flac/.ogg) and config.json holding {"transcript": "..."}.
+    pub vocoder: Option<String>,
+    /// The voice. Kokoro: a voice name (af_heart, the default; am_adam, bf_emma, …), a voice
+    /// file (.pt, .bin), or a weighted mix such as `af_bella(2)+af_sky`. F5: an id in the voice
+    /// store (`f5 voices list`), or a directory with reference.wav (or .mp3/.flac/.ogg) and
+    /// config.json holding {"transcript": "..."}.
     #[arg(long, conflicts_with_all = ["reference", "reference_text"])]
     pub voice: Option<String>,
-    /// The reference recording (wav, mp3, flac, ogg); 3–12 s of clean speech works best. Longer
-    /// recordings are clipped at a pause, as the reference implementation does.
+    /// F5: the reference recording (wav, mp3, flac, ogg); 3–12 s of clean speech works best.
+    /// Longer recordings are clipped at a pause, as the reference implementation does.
     #[arg(long = "ref", requires = "reference_text")]
     pub reference: Option<PathBuf>,
-    /// Exactly what is said in the reference recording.
+    /// F5: exactly what is said in the reference recording.
     #[arg(long = "ref-text")]
     pub reference_text: Option<String>,
     /// The text to speak. `[name]` tags switch voices mid-text (store ids; `[main]` is the voice
@@ -50,43 +53,54 @@ pub struct SynthArgs {
     /// Write 32-bit float wav samples instead of 16-bit.
     #[arg(long)]
     pub float: bool,
-    /// ODE steps: fewer is faster, 32 is the reference default (16 and 8 use pruned schedules).
-    #[arg(long, default_value_t = 32)]
-    pub nfe: usize,
-    /// Classifier-free guidance strength.
-    #[arg(long, default_value_t = 2.0)]
-    pub cfg: f32,
-    /// Sway sampling coefficient (spends more steps early, where the flow curves); 0 disables.
-    #[arg(long, default_value_t = -1.0, allow_hyphen_values = true)]
-    pub sway: f32,
+    /// F5: ODE steps: fewer is faster; 32 (the default) is the reference's (16 and 8 use pruned schedules).
+    #[arg(long)]
+    pub nfe: Option<usize>,
+    /// F5: classifier-free guidance strength (default 2).
+    #[arg(long)]
+    pub cfg: Option<f32>,
+    /// F5: sway sampling coefficient (spends more steps early, where the flow curves; default −1); 0 disables.
+    #[arg(long, allow_hyphen_values = true)]
+    pub sway: Option<f32>,
     /// Speaking rate: > 1 faster, < 1 slower (scales the duration estimate).
     #[arg(long, default_value_t = 1.0)]
     pub speed: f64,
     /// Noise seed, for a reproducible result (printed when not given).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Cross-fade between chunks of a long text, seconds.
-    #[arg(long = "cross-fade", default_value_t = 0.15)]
-    pub cross_fade: f64,
-    /// Total duration in seconds (reference included) instead of the estimate.
+    /// Cross-fade between chunks of a long text, seconds (default: F5 0.15, Kokoro none, as
+    /// their reference pipelines join chunks).
+    #[arg(long = "cross-fade")]
+    pub cross_fade: Option<f64>,
+    /// Kokoro: the language of the text (en-us, en-gb, es, fr, hi, it, pt-br; default from
+    /// the voice's first letter: a = en-us, b = en-gb, e = es, …).
+    #[arg(long)]
+    pub lang: Option<String>,
+    /// Kokoro: the text is phonemes (at most 510), given to the model as they are.
+    #[arg(long)]
+    pub phonemes: bool,
+    /// Kokoro: put when each word is spoken into the --report-json report.
+    #[arg(long = "word-timestamps", requires = "report_json")]
+    pub word_timestamps: bool,
+    /// F5: total duration in seconds (reference included) instead of the estimate.
     #[arg(long = "fix-duration")]
     pub fix_duration: Option<f64>,
     /// Remove pauses of a second or more from the result (the reference's remove_silence).
     #[arg(long = "remove-silence")]
     pub remove_silence: bool,
-    /// Loudness the reference is raised to when quieter (the result is scaled back by the same
-    /// factor, so you hear your own loudness).
+    /// F5: loudness the reference is raised to when quieter (the result is scaled back by the
+    /// same factor, so you hear your own loudness).
     #[arg(long = "target-rms", default_value_t = 0.1)]
     pub target_rms: f32,
-    /// Write the generated mel [frames, 100] (all chunks) to this .npy.
+    /// F5: write the generated mel [frames, 100] (all chunks) to this .npy.
     #[arg(long = "save-mel")]
     pub save_mel: Option<PathBuf>,
-    /// Write a picture of the generated log-mel (all chunks) to this .png: time left to right,
+    /// F5: write a picture of the generated log-mel (all chunks) to this .png: time left to right,
     /// one pixel per frame; low frequencies at the bottom. The audio is written first: if the
     /// image cannot be, the audio stays and f5 exits with an error.
     #[arg(long)]
     pub spectrogram: Option<PathBuf>,
-    /// This project's rule for short lines and one-word openings; it departs from the reference
+    /// F5: this project's rule for short lines and one-word openings; it departs from the reference
     /// implementation (off: the reference's chunks and durations exactly). A sentence of one word
     /// opening a chunk ("Right. Next we…") becomes a chunk of its own, since the model otherwise
     /// runs past it unsaid; and a chunk of up to 30 UTF-8 bytes gets 1.1 s more than the
@@ -107,6 +121,10 @@ pub struct SynthArgs {
     /// Listen back: how many times a misheard chunk may be regenerated.
     #[arg(long, default_value_t = 2)]
     pub retries: u32,
+    /// Listen back: do not split a chunk that is still misheard after its retries into
+    /// sentences (by default each sentence is then generated and checked on its own).
+    #[arg(long = "no-split-on-fail")]
+    pub no_split_on_fail: bool,
     /// Listen back: the highest word error rate (0–1) a chunk may have.
     #[arg(long = "max-wer", default_value_t = 0.3)]
     pub max_wer: f64,
@@ -124,11 +142,17 @@ pub struct SynthArgs {
     pub quiet: bool,
 }
 
-fn load_voice(args: &SynthArgs) -> Result<Voice> {
+/// The voice for models with named voices when `--voice` is not given.
+pub const DEFAULT_VOICE: &str = "af_heart";
+
+/// A reference recording and its transcript, prepared (families that clone).
+fn load_recording(args: &SynthArgs) -> Result<Voice> {
     let (audio, transcript) = match (&args.voice, &args.reference, &args.reference_text) {
         (Some(name), _, _) => resolve::voice(name)?,
         (None, Some(wav), Some(t)) => (wav.clone(), t.clone()),
-        _ => bail!("give a voice: --voice DIR, or --ref WAV with --ref-text \"what it says\""),
+        _ => bail!(
+            "this model clones a voice: give --voice ID (a stored voice or a directory), or --ref WAV with --ref-text \"what it says\""
+        ),
     };
     if !(args.target_rms.is_finite() && args.target_rms > 0.0 && args.target_rms <= 1.0) {
         bail!("--target-rms must be in (0, 1], got {}", args.target_rms);
@@ -139,6 +163,33 @@ fn load_voice(args: &SynthArgs) -> Result<Voice> {
         eprintln!("f5: {} is longer than {seconds} s; only its first {seconds} s were read (3–12 s of speech is best)", audio.display());
     }
     Ok(voice)
+}
+
+/// The voice of the whole text: a recording for a model that clones (or whenever --ref is
+/// given, so a model that does not clone can say so), else a name.
+fn main_voice(args: &SynthArgs, engine: &dyn SpeechEngine) -> Result<VoiceRef> {
+    if engine.info().clones_from_recording || args.reference.is_some() {
+        return Ok(VoiceRef::Recording(Arc::new(load_recording(args)?)));
+    }
+    if args.target_rms != 0.1 {
+        bail!("--target-rms applies to reference recordings; this model speaks in named voices");
+    }
+    Ok(VoiceRef::Named(args.voice.clone().unwrap_or_else(|| DEFAULT_VOICE.to_string())))
+}
+
+/// The voice of a `[name]` piece of a multi-voice text: a store id for a model that clones, a
+/// voice name otherwise; `None` when there is no such voice (the main voice speaks it).
+fn piece_voice(name: &str, args: &SynthArgs, engine: &dyn SpeechEngine, files: &ModelFiles) -> Result<Option<VoiceRef>> {
+    if engine.info().clones_from_recording {
+        if !f5_synth::valid_id(name) {
+            return Ok(None);
+        }
+        return Ok(match resolve::voice(name) {
+            Ok((wav, transcript)) => Some(VoiceRef::Recording(Arc::new(Voice::load(&wav, &transcript, args.target_rms)?))),
+            Err(_) => None,
+        });
+    }
+    Ok(files.check_voice_name(name).is_ok().then(|| VoiceRef::Named(name.to_string())))
 }
 
 /// The official CLI's multi-voice text: `[name]` starts a piece spoken by voice `name` (a store
@@ -190,85 +241,47 @@ pub fn run(args: SynthArgs) -> Result<()> {
     if let Some(p) = &args.spectrogram {
         check_spectrogram_path(p)?;
     }
-    let hub = resolve::hub(args.quiet);
-    let (model_path, vocab_path) = resolve::model(&hub, &args.model, args.vocab.as_deref())?;
-    let vocoder_path = resolve::vocoder(&hub, &args.vocoder)?;
+    let hub = Arc::new(resolve::hub(args.quiet));
+    let files = resolve::model_files(&hub, &args.model, args.vocab.as_deref(), args.vocoder.as_deref(), resolve::Use::Command)?;
     let started = Instant::now();
-    let paths = ModelPaths { model: model_path, vocab: vocab_path, vocoder: vocoder_path };
-    match f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)? {
-        f5_gpukit::DeviceChoice::Cpu => {
-            let threads = crate::limits::clamp_threads(args.threads);
-            run_on(CpuBackend::with_threads(threads)?, args, text, ext, paths, started)
-        }
-        f5_gpukit::DeviceChoice::CpuBf16 => {
-            let threads = crate::limits::clamp_threads(args.threads);
-            run_on(f5_gpukit::CpuBf16Backend::with_threads(threads)?, args, text, ext, paths, started)
-        }
-        #[cfg(feature = "cuda")]
-        f5_gpukit::DeviceChoice::Cuda { ordinal, bf16 } => {
-            let options = f5_gpukit::CudaOptions::with_bf16_weights(bf16);
-            let kit = f5_gpukit::CudaBackend::with_options(ordinal, options).with_context(|| format!("device cuda:{ordinal}"))?;
-            run_on(kit, args, text, ext, paths, started)
-        }
-        #[cfg(not(feature = "cuda"))]
-        f5_gpukit::DeviceChoice::Cuda { .. } => Err(crate::device::no_cuda()),
-    }
-}
-
-/// Where the weights were resolved to.
-struct ModelPaths {
-    model: PathBuf,
-    vocab: PathBuf,
-    vocoder: PathBuf,
-}
-
-/// The synthesis itself, on whichever backend `--device` chose.
-fn run_on<B: Backend + Clone>(
-    kit: B,
-    args: SynthArgs,
-    text: String,
-    ext: Option<String>,
-    paths: ModelPaths,
-    started: Instant,
-) -> Result<()> {
-    let mut synth = Synthesizer::open(&paths.model, &paths.vocab, &paths.vocoder, kit, &f5_dit::Overrides::default())?;
+    let device = f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)?;
+    let threads = crate::limits::clamp_threads(args.threads);
+    let mut engine = f5_synth::open_engine(&files, f5_synth::DeviceOptions { device, threads })?;
     if !args.quiet {
-        let c = &synth.model.config;
-        let variant = c.variant().map_or("mixed", |v| v.name());
-        match &c.source {
-            f5_dit::TraitSource::Yaml(p) => eprintln!("model: {variant}, {} heads of {} (from {})", c.heads, c.dim_head, p.display()),
-            _ => eprintln!(
-                "model: {variant}, {} heads of {} (no training config beside the checkpoint: defaults; put the model's .yaml beside it if it is a v0 model)",
-                c.heads, c.dim_head
-            ),
-        }
+        eprintln!("model: {}", engine.describe());
     }
     if let Some(addr) = &args.transcriber {
         let transcriber = f5_verify::Transcriber::new(addr, args.language.clone()).with_context(|| format!("transcriber {addr}"))?;
         let language = f5_verify::language_for(args.language.as_deref());
-        synth = synth.with_listen_back(f5_synth::ListenBack { transcriber: Box::new(transcriber), language });
+        engine.set_listen_back(f5_synth::ListenBack { transcriber: Box::new(transcriber), language });
     }
-    let voice = load_voice(&args)?;
+    let engine: &dyn SpeechEngine = &*engine;
+    let voice = main_voice(&args, engine)?;
     let load_seconds = started.elapsed().as_secs_f64();
-    let opts = SynthOptions {
-        nfe: args.nfe,
-        cfg: args.cfg,
-        sway: if args.sway == 0.0 { None } else { Some(args.sway) },
-        speed: args.speed,
-        seed: args.seed,
-        cross_fade: args.cross_fade,
-        fix_duration: args.fix_duration,
-        retries: args.retries,
-        max_wer: args.max_wer,
-        short_fix: args.short_fix,
-        ..SynthOptions::default()
-    };
+    let mut opts = SpeakOptions::default();
+    opts.speed = args.speed;
+    opts.seed = args.seed;
+    opts.cross_fade = args.cross_fade;
+    opts.retries = args.retries;
+    opts.max_wer = args.max_wer;
+    opts.nfe = args.nfe;
+    opts.cfg = args.cfg;
+    opts.sway = args.sway;
+    opts.fix_duration = args.fix_duration;
+    opts.short_fix = args.short_fix;
+    opts.lang = args.lang.clone();
+    opts.phonemes = args.phonemes;
+    opts.word_timestamps = args.word_timestamps;
+    opts.split_on_fail = !args.no_split_on_fail;
+    if (args.save_mel.is_some() || args.spectrogram.is_some()) && !engine.info().clones_from_recording {
+        bail!("--save-mel and --spectrogram show the mel an F5 model generates; this model makes audio directly");
+    }
     if !args.quiet && args.transcriber.is_some() {
-        eprintln!("{}", synth.gate_status(&opts));
+        eprintln!("{}", engine.gate_status(&opts));
     }
     let bar = if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(0) };
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} chunk {msg} [{bar:30}] {pos}/{len} steps, {elapsed}")
+        indicatif::ProgressStyle::with_template("{spinner} chunk {msg} [{bar:30}] {pos}/{len}, {elapsed}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let synth_started = Instant::now();
@@ -280,14 +293,17 @@ fn run_on<B: Backend + Clone>(
             if attempt > 0 {
                 extra_attempts += 1;
             }
-            bar.set_length(((total + extra_attempts) * opts.nfe) as u64);
             if attempt == 0 {
                 bar.set_message(format!("{}/{total}", index + 1));
             } else {
                 bar.set_message(format!("{}/{total} (misheard, attempt {})", index + 1, attempt + 1));
             }
         }
-        Progress::Step { .. } => bar.inc(1),
+        // Families that step (F5's ODE) count steps; the others show the chunk only.
+        Progress::Step { steps, .. } => {
+            bar.set_length(((chunk_count + extra_attempts) * steps) as u64);
+            bar.inc(1);
+        }
     };
     // A wav without a mel to save or silences to remove is written as the chunks come out, so a
     // text of any length needs memory for one chunk only.
@@ -296,16 +312,16 @@ fn run_on<B: Backend + Clone>(
     let streaming =
         ext.as_deref() == Some("wav") && args.save_mel.is_none() && args.spectrogram.is_none() && !args.remove_silence && !multi_voice;
     let tmp = args.output.with_extension(format!("{}.partial", ext.as_deref().unwrap_or("out")));
-    let (samples_written, seed, chunks, note, mel) = if streaming {
+    let (samples_written, seed, chunks, words, note, mel) = if streaming {
         let spec = hound::WavSpec {
             channels: 1,
-            sample_rate: f5_synth::SAMPLE_RATE,
+            sample_rate: engine.info().sample_rate,
             bits_per_sample: if args.float { 32 } else { 16 },
             sample_format: if args.float { hound::SampleFormat::Float } else { hound::SampleFormat::Int },
         };
         let mut writer = hound::WavWriter::create(&tmp, spec).with_context(|| format!("cannot create {}", tmp.display()))?;
         let (mut written, mut clipped, mut failed) = (0usize, 0usize, None::<hound::Error>);
-        let result = synth.synthesize_streaming(&voice, &text, &opts, &mut progress, &mut |block| {
+        let result = engine.speak(&voice, &text, &opts, &mut progress, &mut |block| {
             for &x in block {
                 if failed.is_some() {
                     return;
@@ -324,7 +340,7 @@ fn run_on<B: Backend + Clone>(
                 written += 1;
             }
         });
-        let (seed, chunks) = match result {
+        let spoken = match result {
             Ok(v) => v,
             Err(e) => {
                 drop(writer);
@@ -338,41 +354,40 @@ fn run_on<B: Backend + Clone>(
         }
         writer.finalize().with_context(|| format!("cannot write {}", tmp.display()))?;
         let note = if clipped > 0 { format!(", {clipped} samples beyond full scale clipped") } else { String::new() };
-        (written, seed, chunks, note, Vec::new())
+        (written, spoken.seed, spoken.chunks, spoken.words, note, Vec::new())
     } else {
         let audio = if multi_voice {
             // Each piece in its own voice, plainly concatenated, as the official CLI does.
-            let mut voices: std::collections::HashMap<String, Voice> = std::collections::HashMap::new();
-            let mut whole =
-                f5_synth::Audio { samples: Vec::new(), mel: Vec::new(), seed: 0, chunks: Vec::new(), score: Default::default() };
+            let mut whole = f5_synth::Audio::default();
             for (name, piece) in &pieces {
-                let v = match name.as_deref() {
-                    Some(n) if n != "main" && f5_synth::valid_id(n) => {
-                        if !voices.contains_key(n) {
-                            match resolve::voice(n) {
-                                Ok((wav, transcript)) => {
-                                    voices.insert(n.to_string(), Voice::load(&wav, &transcript, args.target_rms)?);
-                                }
-                                Err(_) => {
-                                    eprintln!("voice [{n}] is not in the store: using the main voice for it");
-                                }
-                            }
+                let piece_voice = match name.as_deref() {
+                    Some(n) if n != "main" => {
+                        let v = piece_voice(n, &args, engine, &files)?;
+                        if v.is_none() {
+                            eprintln!("voice [{n}] is not one this model has: using the main voice for it");
                         }
-                        voices.get(n).unwrap_or(&voice)
+                        v
                     }
-                    _ => &voice,
+                    _ => None,
                 };
-                let part = synth.synthesize(v, piece, &opts, &mut progress)?;
+                let offset = whole.samples.len() as f64 / engine.info().sample_rate as f64;
+                let part = f5_synth::speak_to_memory(engine, piece_voice.as_ref().unwrap_or(&voice), piece, &opts, &mut progress)?;
                 whole.seed = part.seed;
                 whole.samples.extend_from_slice(&part.samples);
                 whole.mel.extend_from_slice(&part.mel);
                 whole.chunks.extend(part.chunks);
+                whole.words.extend(part.words.into_iter().map(|w| f5_synth::WordTime {
+                    start: w.start + offset,
+                    end: w.end + offset,
+                    ..w
+                }));
             }
             whole.score = whole.chunks.iter().map(|c| &c.score).collect();
             whole
         } else {
-            synth.synthesize(&voice, &text, &opts, &mut progress)?
+            f5_synth::speak_to_memory(engine, &voice, &text, &opts, &mut progress)?
         };
+        let rate = engine.info().sample_rate;
         let mut samples = if args.remove_silence { f5_synth::remove_long_silences(&audio.samples)? } else { audio.samples.clone() };
         let peak = f5_audio::level::peak(&samples);
         let limited = ext.as_deref() == Some("wav") && !args.float && peak > 1.0;
@@ -385,9 +400,9 @@ fn run_on<B: Backend + Clone>(
             _ => {
                 let wide: Vec<f64> = samples.iter().map(|&v| v as f64).collect();
                 if args.float {
-                    f5_audio::output::write_wav_f32(&tmp, &wide, f5_synth::SAMPLE_RATE)?;
+                    f5_audio::output::write_wav_f32(&tmp, &wide, rate)?;
                 } else {
-                    f5_audio::output::write_wav_pcm16(&tmp, &wide, f5_synth::SAMPLE_RATE)?;
+                    f5_audio::output::write_wav_pcm16(&tmp, &wide, rate)?;
                 }
             }
         }
@@ -395,15 +410,16 @@ fn run_on<B: Backend + Clone>(
             npy::write_f32(p, &[(audio.mel.len() / 100) as u64, 100], &audio.mel)?;
         }
         let note = if limited { format!(", peak {peak:.2} scaled to 1.0") } else { String::new() };
-        (samples.len(), audio.seed, audio.chunks, note, audio.mel)
+        (samples.len(), audio.seed, audio.chunks, audio.words, note, audio.mel)
     };
     std::fs::rename(&tmp, &args.output).with_context(|| format!("cannot write {}", args.output.display()))?;
     bar.finish_and_clear();
     let synth_seconds = synth_started.elapsed().as_secs_f64();
     let total: f5_synth::TotalScore = chunks.iter().map(|c| &c.score).collect();
-    let secs = samples_written as f64 / f5_synth::SAMPLE_RATE as f64;
+    let secs = samples_written as f64 / engine.info().sample_rate as f64;
     if let Some(p) = &args.report_json {
-        write_report(p, &args, &opts, seed, secs, &chunks, &total, load_seconds, synth_seconds)?;
+        let run = RunFacts { family: engine.info().family, seed, audio_seconds: secs, load_seconds, synth_seconds };
+        write_report(p, &args, &opts, &run, &chunks, &words, &total)?;
     }
     let score = if args.transcriber.is_none() {
         String::new()
@@ -454,39 +470,55 @@ fn check_spectrogram_path(path: &Path) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the report says about the run as a whole.
+struct RunFacts {
+    family: &'static str,
+    seed: u64,
+    audio_seconds: f64,
+    load_seconds: f64,
+    synth_seconds: f64,
+}
+
 fn write_report(
     path: &Path,
     args: &SynthArgs,
-    opts: &SynthOptions,
-    seed: u64,
-    audio_seconds: f64,
+    opts: &SpeakOptions,
+    run: &RunFacts,
     chunks: &[f5_synth::ChunkReport],
+    words: &[f5_synth::WordTime],
     total: &f5_synth::TotalScore,
-    load_seconds: f64,
-    synth_seconds: f64,
 ) -> Result<()> {
-    let chunks: Vec<_> = chunks
-        .iter()
-        .map(|c| {
-            serde_json::json!({
-                "text": c.text, "frames": c.frames, "short_fix_frames": c.short_fix_frames, "generated_frames": c.generated_frames, "samples": c.samples, "seconds": c.seconds,
-                "attempts": c.score.attempts, "checked": c.score.checked, "wer": c.score.wer, "errors": c.score.errors, "words": c.score.words,
-                "heard": c.score.transcript, "problem": c.score.problem,
-            })
-        })
-        .collect();
-    let report = serde_json::json!({
+    fn chunk_json(c: &f5_synth::ChunkReport) -> serde_json::Value {
+        let mut j = serde_json::json!({
+            "text": c.text, "frames": c.frames, "short_fix_frames": c.short_fix_frames, "generated_frames": c.generated_frames, "samples": c.samples, "seconds": c.seconds,
+            "attempts": c.score.attempts, "checked": c.score.checked, "wer": c.score.wer, "errors": c.score.errors, "words": c.score.words,
+            "heard": c.score.transcript, "problem": c.score.problem,
+        });
+        if let Some(split) = &c.split {
+            j["split"] = serde_json::json!({
+                "whole": {"attempts": split.whole.attempts, "wer": split.whole.wer, "heard": split.whole.transcript},
+                "parts": split.parts.iter().map(chunk_json).collect::<Vec<_>>(),
+            });
+        }
+        j
+    }
+    let chunks: Vec<_> = chunks.iter().map(chunk_json).collect();
+    let mut report = serde_json::json!({
         "model": args.model,
+        "family": run.family,
         "vocoder": args.vocoder,
-        "options": {"nfe": opts.nfe, "cfg": opts.cfg, "sway": opts.sway, "speed": opts.speed, "cross_fade": opts.cross_fade, "fix_duration": opts.fix_duration, "short_fix": opts.short_fix},
-        "seed": seed,
-        "audio_seconds": audio_seconds,
-        "load_seconds": load_seconds,
-        "synth_seconds": synth_seconds,
+        "voice": args.voice,
+        "options": {"nfe": opts.nfe, "cfg": opts.cfg, "sway": opts.sway, "speed": opts.speed, "cross_fade": opts.cross_fade, "fix_duration": opts.fix_duration, "short_fix": opts.short_fix, "lang": opts.lang, "phonemes": opts.phonemes, "split_on_fail": opts.split_on_fail},
+        "seed": run.seed,
+        "audio_seconds": run.audio_seconds,
+        "load_seconds": run.load_seconds,
+        "synth_seconds": run.synth_seconds,
         "chunks": chunks,
         "score": {"words": total.words, "errors": total.errors, "attempts": total.attempts, "unchecked": total.unchecked, "regenerated": total.regenerated, "wer": total.wer()},
     });
+    if opts.word_timestamps {
+        report["words"] = serde_json::to_value(words)?;
+    }
     std::fs::write(path, serde_json::to_string_pretty(&report)?).with_context(|| format!("cannot write {}", path.display()))
 }
 

@@ -469,3 +469,74 @@ fn short_fix_splits_a_one_word_opening_and_lengthens_short_chunks() {
     assert!(help.contains("--short-fix") && help.contains("departs from the reference"), "{help}");
     assert!(help.contains("--spectrogram"), "{help}");
 }
+
+/// The small Kokoro model in the release layout (named voices af_heart and am_mirror).
+const KOKORO: [&str; 2] = ["-m", "kokoro/release-small"];
+
+/// Kokoro through the same command: a named voice, a mix, word timings in the report; the
+/// family is told from the files, and options of the other family are refused by name.
+#[test]
+fn synth_speaks_kokoro_with_named_and_mixed_voices() {
+    let out = tmp("kokoro.wav");
+    let report = tmp("kokoro.json");
+    let run = |extra: &[&str]| f5(&[&["synth"][..], &KOKORO[..], &["-q", "-o", out.to_str().unwrap()][..], extra].concat());
+    let (ok, _, err) =
+        run(&["--voice", "af_heart", "-t", "Good morning.", "--seed", "5", "--report-json", report.to_str().unwrap(), "--word-timestamps"]);
+    assert!(ok, "{err}");
+    let samples = |p: &std::path::Path| hound::WavReader::open(p).unwrap().into_samples::<i16>().map(Result::unwrap).collect::<Vec<_>>();
+    let named = samples(&out);
+    assert!(!named.is_empty());
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["family"], "kokoro");
+    assert_eq!(r["seed"], 5);
+    let words: Vec<&str> = r["words"].as_array().unwrap().iter().map(|w| w["word"].as_str().unwrap()).collect();
+    assert_eq!(words, ["Good", "morning"]);
+    // Same seed, same samples; a mix speaks differently.
+    let (ok, _, err) = run(&["--voice", "af_heart", "-t", "Good morning.", "--seed", "5"]);
+    assert!(ok, "{err}");
+    assert_eq!(samples(&out), named);
+    let (ok, _, err) = run(&["--voice", "af_heart(2)+am_mirror", "-t", "Good morning.", "--seed", "5"]);
+    assert!(ok, "{err}");
+    assert_ne!(samples(&out), named);
+    // A voice file works on the command line.
+    let (ok, _, err) = run(&["--voice", "kokoro/release-small/voices/am_mirror.bin", "-t", "Good morning.", "--seed", "5"]);
+    assert!(ok, "{err}");
+
+    for (extra, needle) in [
+        (&["--voice", "af_heart", "-t", "Hi.", "--nfe", "8"][..], "nfe does not apply to Kokoro"),
+        (&["--voice", "af_heart", "-t", "Hi.", "--vocoder", "models/vocos-tiny"][..], "--vocoder applies to F5"),
+        (&["--voice", "af_nobody", "-t", "Hi."][..], "unknown voice \"af_nobody\""),
+        (&["--voice", "af_heart", "-t", "Hi.", "--lang", "xx"][..], "unknown language \"xx\""),
+        (&["--ref", "audio/ref_22050.wav", "--ref-text", "x", "-t", "Hi."][..], "does not clone"),
+        (&["--voice", "af_heart", "-t", "Hi.", "--save-mel", "/tmp/never.npy"][..], "--save-mel"),
+    ] {
+        let (ok, _, err) = run(extra);
+        assert!(!ok, "{extra:?} succeeded");
+        assert_eq!(err.trim_end().lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.contains(needle), "{extra:?}: {err}");
+    }
+    // And the reverse: Kokoro's options on an F5 model.
+    let (ok, _, err) =
+        f5(&[&["synth"][..], &TINY[..], &REF[..], &["-t", "Hi.", "--lang", "en-us", "-q", "-o", out.to_str().unwrap()][..]].concat());
+    assert!(!ok);
+    assert!(err.contains("lang does not apply to F5-TTS"), "{err}");
+}
+
+/// With no --model, the default is Kokoro's hub release; offline and not cached, the error
+/// says so in one line, naming the hub name.
+#[test]
+fn the_default_model_offline_and_uncached_is_one_clear_line() {
+    let home = tmp("default-model-home");
+    let out = Command::new(env!("CARGO_BIN_EXE_f5"))
+        .args(["synth", "-t", "Hello.", "-q", "-o", tmp("never-default.wav").to_str().unwrap()])
+        .current_dir(fixtures())
+        .env("F5_HOME", &home)
+        .env("HF_HOME", home.join("hf"))
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("hexgrad/Kokoro-82M"), "{err}");
+}

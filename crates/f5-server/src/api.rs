@@ -11,7 +11,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use f5_synth::store::StoreError;
-use f5_synth::{SynthError, SynthOptions, Voice, VoiceCache, VoiceStore, SAMPLE_RATE};
+use f5_synth::{ModelFiles, SpeakOptions, SynthError, VoiceCache, VoiceRef, VoiceStore, SAMPLE_RATE};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
@@ -43,6 +43,9 @@ pub(crate) struct AppState {
     config: ServerConfig,
     /// Every model's id, the default first; a job's model is an index into this list.
     model_ids: Vec<String>,
+    /// Every model's files, in the order of `model_ids`: what each family offers is known
+    /// without loading it.
+    models: Vec<ModelFiles>,
     store: VoiceStore,
     voices: VoiceCache,
     pub engine: Arc<Engine>,
@@ -52,9 +55,9 @@ pub(crate) struct AppState {
 }
 
 impl AppState {
-    pub fn new(config: ServerConfig, model_ids: Vec<String>, store: VoiceStore, engine: Arc<Engine>) -> Self {
+    pub fn new(config: ServerConfig, model_ids: Vec<String>, models: Vec<ModelFiles>, store: VoiceStore, engine: Arc<Engine>) -> Self {
         let uploads = tokio::sync::Semaphore::new(config.max_concurrent_uploads);
-        AppState { config, model_ids, store, voices: VoiceCache::default(), engine, requests: AtomicU64::new(0), uploads }
+        AppState { config, model_ids, models, store, voices: VoiceCache::default(), engine, requests: AtomicU64::new(0), uploads }
     }
 
     pub fn config(&self) -> &ServerConfig {
@@ -66,9 +69,25 @@ impl AppState {
     }
 
     /// The model a request names (the default when it names none), or a 400 that lists the
-    /// ids this server knows.
+    /// ids this server knows. A family name (`f5`, `f5-tts`, `kokoro`) means the first model of
+    /// that family; OpenAI's model names mean the default model.
     fn model_index(&self, asked: Option<&str>) -> Result<usize, ApiError> {
+        const OPENAI_MODELS: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
         let Some(asked) = asked else { return Ok(0) };
+        if let Some(i) = self.model_ids.iter().position(|id| id == asked) {
+            return Ok(i);
+        }
+        if OPENAI_MODELS.contains(&asked) {
+            return Ok(0);
+        }
+        let family = match asked.to_ascii_lowercase().as_str() {
+            "f5" | "f5-tts" | "f5tts" => Some("f5"),
+            "kokoro" | "kokoro-82m" => Some("kokoro"),
+            _ => None,
+        };
+        if let Some(i) = family.and_then(|f| self.models.iter().position(|m| m.family() == f)) {
+            return Ok(i);
+        }
         self.model_ids.iter().position(|id| id == asked).ok_or_else(|| {
             ApiError::bad(format!(
                 "unknown model {:?}: this server runs {} (GET /models)",
@@ -92,6 +111,8 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/tts", post(tts))
         .route("/dialogue", post(dialogue))
         .route("/v1/audio/speech", post(openai_speech))
+        .route("/v1/audio/voices", get(openai_voices))
+        .route("/v1/models", get(openai_models))
         .route("/voices", get(list_voices).post(add_voice).layer(DefaultBodyLimit::max(upload_limit)))
         .route("/voices/{id}", delete(delete_voice))
         .fallback(not_found)
@@ -110,7 +131,8 @@ fn upload_form_limit(config: &ServerConfig) -> usize {
 
 // ── errors ──────────────────────────────────────────────────────────────────────────────
 
-/// An error answer: `{"error": "..."}` with its status.
+/// An error answer, as OpenAI's API writes them: `{"error": {"message", "type", "param",
+/// "code"}}` with its status.
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: StatusCode,
@@ -161,7 +183,15 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut resp = (self.status, Json(json!({ "error": self.message }))).into_response();
+        // OpenAI's shape, so its clients show the message rather than only the status.
+        let kind = match self.status.as_u16() {
+            401 => "authentication_error",
+            429 | 503 => "rate_limit_error",
+            400..=499 => "invalid_request_error",
+            _ => "server_error",
+        };
+        let body = json!({ "error": { "message": self.message, "type": kind, "param": null, "code": null } });
+        let mut resp = (self.status, Json(body)).into_response();
         if let Some(s) = self.retry_after_s {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
@@ -429,16 +459,67 @@ async fn health(State(state): State<Shared>, headers: HeaderMap) -> Json<serde_j
 async fn models(State(state): State<Shared>) -> Json<serde_json::Value> {
     let stats = &state.engine.stats;
     let loaded = stats.loaded.load(Ordering::SeqCst).then(|| stats.current.load(Ordering::SeqCst));
-    let list: Vec<_> =
-        state.model_ids.iter().enumerate().map(|(i, id)| json!({ "id": id, "loaded": loaded == Some(i), "default": i == 0 })).collect();
+    let list: Vec<_> = state
+        .model_ids
+        .iter()
+        .zip(&state.models)
+        .enumerate()
+        .map(|(i, (id, files))| {
+            json!({
+                "id": id,
+                "family": files.family(),
+                "loaded": loaded == Some(i),
+                "default": i == 0,
+                // Families that clone take a voice from the store (GET /voices); the others
+                // speak in these named voices, or mixes of them such as "a(2)+b".
+                "clones_from_recording": files.clones_from_recording(),
+                "voices": files.voices(),
+                "languages": files.languages(),
+            })
+        })
+        .collect();
     Json(json!({ "models": list }))
+}
+
+/// `GET /v1/models`, as OpenAI lists models: the server's ids, then the names it also takes
+/// (each family's name for its first model, OpenAI's for the default).
+async fn openai_models(State(state): State<Shared>) -> Json<serde_json::Value> {
+    let mut ids: Vec<String> = state.model_ids.clone();
+    for family in ["f5", "kokoro"] {
+        if state.models.iter().any(|m| m.family() == family) && !ids.iter().any(|i| i == family) {
+            ids.push(family.to_string());
+        }
+    }
+    ids.extend(["tts-1", "tts-1-hd", "gpt-4o-mini-tts"].map(String::from));
+    let data: Vec<_> = ids.iter().map(|id| json!({ "id": id, "object": "model", "created": 0, "owned_by": "f5" })).collect();
+    Json(json!({ "object": "list", "data": data }))
+}
+
+/// `GET /v1/audio/voices`: every voice a request may name, the models' named voices and the
+/// store's recordings, as Kokoro-FastAPI lists them (`{"voices": [...]}`).
+async fn openai_voices(State(state): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
+    let store = state.store.clone();
+    let stored = tokio::task::spawn_blocking(move || store.list()).await.map_err(join_error)??;
+    let mut names: Vec<String> = state.models.iter().flat_map(|m| m.voices()).collect();
+    names.sort();
+    names.dedup();
+    names.extend(stored.into_iter().map(|v| v.id));
+    Ok(Json(json!({ "voices": names })))
 }
 
 async fn list_voices(State(state): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
     let store = state.store.clone();
     let voices = tokio::task::spawn_blocking(move || store.list()).await.map_err(join_error)??;
     let list: Vec<_> = voices.into_iter().map(|v| json!({ "id": v.id, "transcript": v.transcript })).collect();
-    Ok(Json(json!({ "voices": list })))
+    // The recordings of the store (for models that clone), and each other model's named voices.
+    let named: Vec<_> = state
+        .model_ids
+        .iter()
+        .zip(&state.models)
+        .filter(|(_, m)| !m.clones_from_recording())
+        .map(|(id, m)| json!({ "model": id, "voices": m.voices() }))
+        .collect();
+    Ok(Json(json!({ "voices": list, "named": named })))
 }
 
 async fn delete_voice(State(state): State<Shared>, id: Result<Path<String>, PathRejection>) -> Result<StatusCode, ApiError> {
@@ -560,6 +641,10 @@ struct Knobs {
     retries: Option<u32>,
     max_wer: Option<f64>,
     model: Option<String>,
+    /// Kokoro: the front end's language (default from the voice's first letter).
+    lang: Option<String>,
+    /// Listen back: split a chunk still misheard after its retries into sentences (default on).
+    split_on_fail: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -598,30 +683,29 @@ struct SpeechRequest {
 }
 
 impl Knobs {
-    fn options(&self, state: &AppState) -> Result<SynthOptions, ApiError> {
+    /// The request's options. Options only one family understands stay unset unless the
+    /// request gives them, so the family that cannot honour one refuses it by name.
+    fn options(&self, state: &AppState) -> Result<SpeakOptions, ApiError> {
         if state.config.transcriber.is_none() && (self.retries.is_some_and(|r| r > 0) || self.max_wer.is_some()) {
             return Err(ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
                 "the listen-back check (retries, max_wer) needs a transcriber: start the server with --transcriber host:port",
             ));
         }
-        let gate_defaults = SynthOptions::default();
-        let retries = self.retries.unwrap_or(gate_defaults.retries);
-        let max_wer = self.max_wer.unwrap_or(gate_defaults.max_wer);
+        let mut options = SpeakOptions::default();
+        let retries = self.retries.unwrap_or(options.retries);
+        let max_wer = self.max_wer.unwrap_or(options.max_wer);
         if f5_verify::Gate::new(retries, max_wer).is_err() {
             return Err(ApiError::bad(format!(
                 "retries must be at most {} and max_wer a number >= 0, got {retries} and {max_wer}",
                 f5_verify::MAX_GATE_RETRIES
             )));
         }
-        let defaults = SynthOptions::default();
-        let nfe = self.nfe.unwrap_or(defaults.nfe);
-        if nfe == 0 || nfe > MAX_NFE {
+        if let Some(nfe) = self.nfe.filter(|&n| n == 0 || n > MAX_NFE) {
             return Err(ApiError::bad(format!("nfe must be between 1 and {MAX_NFE}, got {nfe}")));
         }
-        let speed = check_speed(self.speed.unwrap_or(defaults.speed))?;
-        let cross_fade = self.cross_fade.unwrap_or(defaults.cross_fade);
-        if !(cross_fade.is_finite() && (0.0..=5.0).contains(&cross_fade)) {
+        let speed = check_speed(self.speed.unwrap_or(1.0))?;
+        if let Some(cross_fade) = self.cross_fade.filter(|c| !(c.is_finite() && (0.0..=5.0).contains(c))) {
             return Err(ApiError::bad(format!("cross_fade must be between 0 and 5 s, got {cross_fade}")));
         }
         if let Some(cfg) = self.cfg.filter(|c| !CFG_RANGE.contains(c)) {
@@ -630,21 +714,17 @@ impl Knobs {
         if let Some(sway) = self.sway.filter(|s| !SWAY_RANGE.contains(s)) {
             return Err(ApiError::bad(format!("sway must be between {} and {}, got {sway}", SWAY_RANGE.start(), SWAY_RANGE.end())));
         }
-        let options = SynthOptions {
-            retries,
-            max_wer,
-            nfe,
-            cfg: self.cfg.unwrap_or(defaults.cfg),
-            // 0 is the plain grid, as on the command line.
-            sway: match self.sway {
-                None => defaults.sway,
-                Some(s) => (s != 0.0).then_some(s),
-            },
-            speed,
-            seed: self.seed,
-            cross_fade,
-            ..defaults
-        };
+        options.retries = retries;
+        options.max_wer = max_wer;
+        options.nfe = self.nfe;
+        options.cfg = self.cfg;
+        // 0 is the plain grid, as on the command line.
+        options.sway = self.sway;
+        options.speed = speed;
+        options.seed = self.seed;
+        options.cross_fade = self.cross_fade;
+        options.lang = self.lang.clone();
+        options.split_on_fail = self.split_on_fail.unwrap_or(true);
         Ok(options)
     }
 }
@@ -657,21 +737,11 @@ fn check_speed(speed: f64) -> Result<f64, ApiError> {
     Ok(speed)
 }
 
-/// Seconds of audio `text` would make in `voice` at `speed`: the total and the longest chunk,
-/// by the engine's own chunking and duration estimate. Checked before a job is queued, so a
+/// Seconds of audio `text` would make in `voice` at `speed` on model `model`: the total and
+/// the longest chunk, by the pipeline's own estimate. Checked before a job is queued, so a
 /// request that would hold the model for too long is refused at once.
-fn planned_seconds(voice: &Voice, text: &str, speed: f64) -> (f64, f64) {
-    let ref_samples = voice.wave.len();
-    let ref_frames = ref_samples / f5_dit::duration::HOP;
-    let mut total = 0.0;
-    let mut longest: f64 = 0.0;
-    for chunk in f5_text::chunk_text(text, voice.max_chunk_bytes(speed)) {
-        let frames = f5_dit::duration::estimate_frames(ref_samples, voice.model_text.len(), chunk.len(), speed, None);
-        let seconds = frames.saturating_sub(ref_frames) as f64 * f5_dit::duration::HOP as f64 / SAMPLE_RATE as f64;
-        total += seconds;
-        longest = longest.max(seconds);
-    }
-    (total, longest)
+fn planned_seconds(state: &AppState, model: usize, voice: &VoiceRef, text: &str, speed: f64) -> (f64, f64) {
+    state.models.get(model).map_or((0.0, 0.0), |m| m.planned_seconds(voice, text, speed))
 }
 
 /// Refuses, with 413, work over the server's audio limits.
@@ -705,9 +775,26 @@ fn check_text(state: &AppState, text: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The stored voice `id`, prepared (decoded, clipped, mel) off the async workers and cached.
-/// A stored voice that cannot be used is answered 422, naming the voice, not its files.
-async fn load_voice(state: &Shared, id: &str) -> Result<Arc<Voice>, ApiError> {
+/// The voice a request names for model `model`: for a family that clones, the stored voice
+/// `id`, prepared (decoded, clipped, mel) off the async workers and cached; otherwise one of the
+/// model's named voices or a mix of them, checked before anything is queued (a hub model's
+/// voice pack is fetched here). A voice that cannot be used is answered naming the voice, never
+/// a file of the server's.
+async fn load_voice(state: &Shared, model: usize, id: &str) -> Result<VoiceRef, ApiError> {
+    let Some(files) = state.models.get(model).cloned() else { return Err(ApiError::internal(format!("no model number {model}"))) };
+    if !files.clones_from_recording() {
+        let name = id.to_string();
+        if name.len() > 256 {
+            return Err(ApiError::bad("the voice name is longer than 256 bytes"));
+        }
+        return tokio::task::spawn_blocking(move || match files.check_voice_name(&name) {
+            Ok(()) => Ok(VoiceRef::Named(name)),
+            Err(e) if e.is_caller_error() => Err(ApiError::bad(e.to_string())),
+            Err(other) => Err(ApiError::internal(format!("voice {name:?}: {other}"))),
+        })
+        .await
+        .map_err(join_error)?;
+    }
     check_voice_id(id)?;
     let state = state.clone();
     let id = id.to_string();
@@ -719,7 +806,7 @@ async fn load_voice(state: &Shared, id: &str) -> Result<Arc<Voice>, ApiError> {
             Err(e) => return Err(ApiError::from(e)),
         };
         let extension = entry.audio.extension().and_then(|e| e.to_str());
-        state.voices.load(&bytes, extension, &entry.transcript, TARGET_RMS).map_err(|e| match e {
+        state.voices.load(&bytes, extension, &entry.transcript, TARGET_RMS).map(VoiceRef::Recording).map_err(|e| match e {
             SynthError::Reference(m) => unusable(&id, &m),
             other => ApiError::internal(format!("voice {id:?}: {other}")),
         })
@@ -731,10 +818,10 @@ async fn load_voice(state: &Shared, id: &str) -> Result<Arc<Voice>, ApiError> {
 /// Queues one job and waits for it. The job must be done `job_timeout` after it was queued.
 async fn speak(
     state: &Shared,
-    voice: Arc<Voice>,
+    voice: VoiceRef,
     model: usize,
     text: String,
-    options: SynthOptions,
+    options: SpeakOptions,
     admission: Admission,
 ) -> Result<JobOutput, ApiError> {
     let deadline = std::time::Instant::now() + state.config.job_timeout;
@@ -811,6 +898,9 @@ fn audio_response(
         if let Some(w) = total.wer() {
             put("x-f5-wer", format!("{w:.4}"));
         }
+        // Chunks still misheard after their retries, generated again sentence by sentence.
+        let split = outputs.iter().flat_map(|o| o.audio.chunks.iter()).filter(|c| c.split.is_some()).count();
+        put("x-f5-split", split.to_string());
     }
     resp
 }
@@ -820,8 +910,8 @@ async fn tts(State(state): State<Shared>, JsonBody(req): JsonBody<TtsRequest>) -
     check_text(&state, &req.text)?;
     let model = state.model_index(req.knobs.model.as_deref())?;
     let options = req.knobs.options(&state)?;
-    let voice = load_voice(&state, &req.voice).await?;
-    let (total, longest) = planned_seconds(&voice, &req.text, options.speed);
+    let voice = load_voice(&state, model, &req.voice).await?;
+    let (total, longest) = planned_seconds(&state, model, &voice, &req.text, options.speed);
     check_planned(&state, total, longest)?;
     let out = speak(&state, voice, model, req.text, options, Admission::New).await?;
     let wave = limited(out.audio.samples.iter().map(|&x| x as f64).collect());
@@ -863,8 +953,8 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
     let mut voices = Vec::with_capacity(req.lines.len());
     let (mut total, mut longest) = (0.0f64, 0.0f64);
     for line in &req.lines {
-        let voice = load_voice(&state, &line.voice).await?;
-        let (t, l) = planned_seconds(&voice, &line.text, options.speed);
+        let voice = load_voice(&state, model, &line.voice).await?;
+        let (t, l) = planned_seconds(&state, model, &voice, &line.text, options.speed);
         total += t;
         longest = longest.max(l);
         voices.push(voice);
@@ -879,7 +969,9 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
         let seed = line.seed.or(options.seed.map(|s| s.wrapping_add(i as u64)));
         let admission = if i == 0 { Admission::New } else { Admission::Continuation };
         let gap_after = fixed_gap.unwrap_or_else(|| f5_synth::trailing_pause_ms(&line.text) as usize * SAMPLE_RATE as usize / 1000);
-        let out = speak(&state, voice, model, line.text, SynthOptions { seed, ..options.clone() }, admission).await?;
+        let mut line_options = options.clone();
+        line_options.seed = seed;
+        let out = speak(&state, voice, model, line.text, line_options, admission).await?;
         if i > 0 {
             wave.extend(std::iter::repeat_n(0.0f64, previous_gap));
         }
@@ -899,8 +991,7 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
 /// pick a model.
 async fn openai_speech(State(state): State<Shared>, JsonBody(req): JsonBody<SpeechRequest>) -> Result<Response, ApiError> {
     state.requests.fetch_add(1, Ordering::SeqCst);
-    const OPENAI_MODELS: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
-    let model = if OPENAI_MODELS.contains(&req.model.as_str()) { 0 } else { state.model_index(Some(&req.model))? };
+    let model = state.model_index(Some(&req.model))?;
     let format = req.response_format.as_deref().unwrap_or("wav");
     if !matches!(format, "wav" | "pcm") {
         return Err(ApiError::bad(format!(
@@ -910,9 +1001,10 @@ async fn openai_speech(State(state): State<Shared>, JsonBody(req): JsonBody<Spee
     }
     let speed = check_speed(req.speed.unwrap_or(1.0))?;
     check_text(&state, &req.input)?;
-    let options = SynthOptions { speed, ..SynthOptions::default() };
-    let voice = load_voice(&state, &req.voice).await?;
-    let (total, longest) = planned_seconds(&voice, &req.input, speed);
+    let mut options = SpeakOptions::default();
+    options.speed = speed;
+    let voice = load_voice(&state, model, &req.voice).await?;
+    let (total, longest) = planned_seconds(&state, model, &voice, &req.input, speed);
     check_planned(&state, total, longest)?;
     let out = speak(&state, voice, model, req.input, options, Admission::New).await?;
     let wave = limited(out.audio.samples.iter().map(|&x| x as f64).collect());

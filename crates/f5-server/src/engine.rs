@@ -5,22 +5,20 @@
 //! running out — and a timed wait on the condition variable covers all three with one sleep.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use f5_gpukit::{CpuBackend, DeviceChoice};
-use f5_synth::{Audio, SynthError, SynthOptions, Synthesizer, Voice};
+use f5_synth::{Audio, ModelFiles, SpeakOptions, SpeechEngine, VoiceRef};
 use tokio::sync::oneshot;
 
 /// One utterance to speak; each job carries its own options.
 pub(crate) struct JobSpec {
     /// Which of the server's models speaks it (an index into the loader's list).
     pub model: usize,
-    pub voice: Arc<Voice>,
+    pub voice: VoiceRef,
     pub text: String,
-    pub options: SynthOptions,
+    pub options: SpeakOptions,
     /// When the job must be done by; past it the job stops at the next step boundary.
     pub deadline: Instant,
 }
@@ -115,88 +113,34 @@ pub(crate) struct Engine {
     pub stats: Stats,
 }
 
-/// One checkpoint the server may run.
-pub(crate) struct ModelFiles {
-    pub model: PathBuf,
-    pub vocab: PathBuf,
-}
-
 /// What opens the weights, on the model thread, as often as they are reloaded or exchanged.
 pub(crate) struct Loader {
     /// The models in the order configured; the first is loaded at start.
     pub models: Vec<ModelFiles>,
-    pub vocoder: PathBuf,
     pub threads: usize,
     pub device: f5_gpukit::DeviceChoice,
     pub transcriber: Option<String>,
     pub language: Option<String>,
 }
 
-/// Loaded weights on whichever backend the server was started with. The backend is chosen at
-/// run time, so the model thread holds one of these rather than a `Synthesizer<B>`; dropping it
-/// gives the device memory back (the unload-after path).
-enum LoadedModel {
-    Cpu(Box<Synthesizer<CpuBackend>>),
-    CpuBf16(Box<Synthesizer<f5_gpukit::CpuBf16Backend>>),
-    #[cfg(feature = "cuda")]
-    Cuda(Box<Synthesizer<f5_gpukit::CudaBackend>>),
-}
-
-impl LoadedModel {
-    fn synthesize(
-        &self,
-        voice: &Voice,
-        text: &str,
-        options: &SynthOptions,
-        progress: &mut dyn FnMut(f5_synth::Progress<'_>),
-    ) -> Result<Audio, SynthError> {
-        match self {
-            LoadedModel::Cpu(s) => s.synthesize(voice, text, options, progress),
-            LoadedModel::CpuBf16(s) => s.synthesize(voice, text, options, progress),
-            #[cfg(feature = "cuda")]
-            LoadedModel::Cuda(s) => s.synthesize(voice, text, options, progress),
-        }
-    }
-}
+/// Loaded weights, of whichever family on whichever backend: the pipeline chose both when it
+/// opened them. Dropping it gives the device memory back (the unload-after path).
+type LoadedModel = Box<dyn SpeechEngine>;
 
 impl Loader {
     fn open(&self, index: usize) -> Result<LoadedModel, String> {
-        match self.device {
-            DeviceChoice::Cpu => {
-                let kit = CpuBackend::with_threads(self.threads).map_err(|e| format!("cannot start {} CPU threads: {e}", self.threads))?;
-                self.open_on(index, kit).map(|s| LoadedModel::Cpu(Box::new(s)))
-            }
-            DeviceChoice::CpuBf16 => {
-                let kit = f5_gpukit::CpuBf16Backend::with_threads(self.threads).map_err(|e| e.to_string())?;
-                self.open_on(index, kit).map(|s| LoadedModel::CpuBf16(Box::new(s)))
-            }
-            #[cfg(feature = "cuda")]
-            DeviceChoice::Cuda { ordinal, bf16 } => {
-                let options = f5_gpukit::CudaOptions::with_bf16_weights(bf16);
-                let kit = f5_gpukit::CudaBackend::with_options(ordinal, options).map_err(|e| format!("device cuda:{ordinal}: {e}"))?;
-                self.open_on(index, kit).map(|s| LoadedModel::Cuda(Box::new(s)))
-            }
-            #[cfg(not(feature = "cuda"))]
-            DeviceChoice::Cuda { .. } => {
-                Err("this server was built without CUDA support (the `cuda` feature); rebuild with `cargo build --release -p f5-cli --features cuda`".into())
-            }
-        }
-    }
-
-    fn open_on<B: f5_gpukit::Backend + Clone>(&self, index: usize, kit: B) -> Result<Synthesizer<B>, String> {
         let files = self.models.get(index).ok_or_else(|| format!("no model number {index}"))?;
-        let synth = Synthesizer::open(&files.model, &files.vocab, &self.vocoder, kit, &f5_dit::Overrides::default())
-            .map_err(|e| format!("{}: {e}", files.model.display()))?;
-        Ok(match &self.transcriber {
-            Some(addr) => {
-                let t = f5_verify::Transcriber::new(addr, self.language.clone()).map_err(|e| format!("transcriber {addr}: {e}"))?;
-                synth.with_listen_back(f5_synth::ListenBack {
-                    transcriber: Box::new(t),
-                    language: f5_verify::language_for(self.language.as_deref()),
-                })
-            }
-            None => synth,
-        })
+        let device = f5_synth::DeviceOptions { device: self.device, threads: self.threads };
+        // Errors name the problem, never the file's place on the server's disk.
+        let mut engine = f5_synth::open_engine(files, device).map_err(|e| e.to_string())?;
+        if let Some(addr) = &self.transcriber {
+            let t = f5_verify::Transcriber::new(addr, self.language.clone()).map_err(|e| format!("transcriber {addr}: {e}"))?;
+            engine.set_listen_back(f5_synth::ListenBack {
+                transcriber: Box::new(t),
+                language: f5_verify::language_for(self.language.as_deref()),
+            });
+        }
+        Ok(engine)
     }
 }
 
@@ -213,7 +157,7 @@ impl Drop for PauseGuard {
 }
 
 enum Next {
-    Run(Job),
+    Run(Box<Job>),
     Unload,
     Stop,
 }
@@ -302,7 +246,7 @@ impl Engine {
             }
             if !q.paused {
                 if let Some(job) = q.jobs.pop_front() {
-                    return Next::Run(job);
+                    return Next::Run(Box::new(job));
                 }
             }
             match unload_after.filter(|_| loaded && q.jobs.is_empty()) {
@@ -413,14 +357,14 @@ fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, job: &Job, stats: &
         }
     };
     // A panic inside the engine must not take the model thread (and every later request) with it.
-    let outcome =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.synthesize(&spec.voice, &spec.text, &spec.options, &mut check)));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        f5_synth::speak_to_memory(&**model, &spec.voice, &spec.text, &spec.options, &mut check)
+    }));
     // With a transcriber the synthesizer listens to each chunk itself (the listen-back gate);
     // the score travels back in `Audio::score`.
     match outcome {
         Ok(Ok(audio)) => Ok(audio),
-        Ok(Err(SynthError::Options(m))) => Err(JobError::Rejected(m)),
-        Ok(Err(SynthError::Text(e))) => Err(JobError::Rejected(e.to_string())),
+        Ok(Err(e)) if e.is_caller_error() => Err(JobError::Rejected(e.to_string())),
         Ok(Err(e)) => Err(JobError::Failed(e.to_string())),
         Err(payload) if payload.is::<Stop>() => match payload.downcast_ref::<Stop>() {
             Some(Stop::ClientGone) => Err(JobError::Cancelled),

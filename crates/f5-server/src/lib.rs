@@ -36,14 +36,12 @@ pub use f5_gpukit::DeviceChoice;
 pub struct ServerConfig {
     /// Where to listen; port 0 picks a free port (see [`Server::local_addr`]).
     pub addr: SocketAddr,
-    /// The F5 checkpoint, its vocabulary and the vocoder.
-    pub model: PathBuf,
-    pub vocab: PathBuf,
-    pub vocoder: PathBuf,
+    /// The default model's files (any family: see [`f5_synth::ModelFiles`]).
+    pub model: f5_synth::ModelFiles,
     /// The name `GET /models` reports; `None` takes the checkpoint's directory name.
     pub model_id: Option<String>,
-    /// Further checkpoints a request may name by id (`"model": …`); the model thread unloads
-    /// the current weights and loads the named ones. The vocoder is shared.
+    /// Further models a request may name by id (`"model": …`), of any family; the model thread
+    /// unloads the current weights and loads the named ones.
     pub more_models: Vec<ModelEntry>,
     /// The voice store directory (created if absent).
     pub voices_dir: PathBuf,
@@ -102,12 +100,18 @@ impl ServerConfig {
     /// 20 MiB uploads, 256 KiB JSON bodies, no token, weights kept loaded; at most 300 s of audio
     /// per request and 40 s per chunk, 600 s per job, 2 uploads decoded at once; 10 s for a
     /// request head, 60 s for a body, 60 s idle, 256 connections.
+    ///
+    /// The default model is an F5 checkpoint with its vocabulary and vocoder; see
+    /// [`ServerConfig::with_model`] for any family.
     pub fn new(model: PathBuf, vocab: PathBuf, vocoder: PathBuf, voices_dir: PathBuf) -> Self {
+        Self::with_model(f5_synth::ModelFiles::F5 { checkpoint: model, vocab, vocoder }, voices_dir)
+    }
+
+    /// The defaults of [`ServerConfig::new`] with `model` as the default model.
+    pub fn with_model(model: f5_synth::ModelFiles, voices_dir: PathBuf) -> Self {
         ServerConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 7860)),
             model,
-            vocab,
-            vocoder,
             model_id: None,
             more_models: Vec::new(),
             voices_dir,
@@ -134,15 +138,27 @@ impl ServerConfig {
         }
     }
 
+    /// Every model's files, the default first. An F5 model named without a vocoder speaks
+    /// through the default model's.
+    fn all_models(&self) -> Result<Vec<f5_synth::ModelFiles>, ServerError> {
+        let mut models = vec![self.model.clone()];
+        for extra in &self.more_models {
+            let mut files = extra.files.clone();
+            files.inherit_vocoder(&self.model).map_err(|e| ServerError::Config(e.to_string()))?;
+            models.push(files);
+        }
+        Ok(models)
+    }
+
     /// The ids of every model, the default first, checked to be distinct.
     fn model_ids(&self) -> Result<Vec<String>, ServerError> {
-        let mut ids = vec![model_id_for(self.model_id.as_deref(), &self.model)];
+        let mut ids = vec![model_id_for(self.model_id.as_deref(), self.model.checkpoint())];
         for extra in &self.more_models {
-            let id = model_id_for(extra.id.as_deref(), &extra.model);
+            let id = model_id_for(extra.id.as_deref(), extra.files.checkpoint());
             if ids.contains(&id) {
                 return Err(ServerError::Config(format!(
                     "two models have the id {id:?} ({}); give them distinct ids",
-                    extra.model.display()
+                    extra.files.checkpoint().display()
                 )));
             }
             ids.push(id);
@@ -151,18 +167,23 @@ impl ServerConfig {
     }
 }
 
-/// A checkpoint besides the default one (see [`ServerConfig::more_models`]).
+/// A model besides the default one (see [`ServerConfig::more_models`]).
 #[derive(Clone, Debug)]
 pub struct ModelEntry {
     /// The id requests use; `None` takes the checkpoint's directory name.
     pub id: Option<String>,
-    pub model: PathBuf,
-    pub vocab: PathBuf,
+    pub files: f5_synth::ModelFiles,
 }
 
 impl ModelEntry {
+    /// An F5 checkpoint and its vocabulary, speaking through the default model's vocoder.
     pub fn new(model: PathBuf, vocab: PathBuf) -> Self {
-        ModelEntry { id: None, model, vocab }
+        ModelEntry { id: None, files: f5_synth::ModelFiles::F5 { checkpoint: model, vocab, vocoder: PathBuf::new() } }
+    }
+
+    /// A model of any family.
+    pub fn with_files(files: f5_synth::ModelFiles) -> Self {
+        ModelEntry { id: None, files }
     }
 }
 
@@ -250,21 +271,17 @@ impl Server {
             return Err(ServerError::Config("the upload and connection limits must be at least 1".into()));
         }
         let model_ids = config.model_ids()?;
+        let models = config.all_models()?;
         // The further models load only when first asked for; a typo in their paths should
         // still stop the start, not the first request that names them.
-        for extra in &config.more_models {
-            for file in [&extra.model, &extra.vocab] {
-                if !file.is_file() {
-                    return Err(ServerError::Model(format!("{}: no such file", file.display())));
-                }
+        for files in &models[1..] {
+            if let Some(missing) = files.missing_file() {
+                return Err(ServerError::Model(format!("{}: no such file", missing.display())));
             }
         }
         let store = f5_synth::VoiceStore::open(&config.voices_dir)?;
-        let mut models = vec![engine::ModelFiles { model: config.model.clone(), vocab: config.vocab.clone() }];
-        models.extend(config.more_models.iter().map(|m| engine::ModelFiles { model: m.model.clone(), vocab: m.vocab.clone() }));
         let loader = engine::Loader {
-            models,
-            vocoder: config.vocoder.clone(),
+            models: models.clone(),
             threads: config.threads,
             device: config.device,
             transcriber: config.transcriber.clone(),
@@ -275,7 +292,7 @@ impl Server {
         let listener =
             tokio::net::TcpListener::bind(config.addr).await.map_err(|source| ServerError::Bind { addr: config.addr, source })?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(api::AppState::new(config, model_ids, store, engine));
+        let state = Arc::new(api::AppState::new(config, model_ids, models, store, engine));
         Ok(Server { listener, addr, state, model_thread })
     }
 

@@ -146,7 +146,10 @@ impl Drop for Devtools {
 /// Opens `url` and waits until the page's `#status` leaves the idle and speaking states;
 /// returns its `data-state`, `data-duration` and text.
 fn page_outcome(chromium: &Path, url: &str) -> (String, f64, String) {
-    let profile = std::env::temp_dir().join(format!("f5-chromium-profile-{}", std::process::id()));
+    // One profile per browser: the page tests run at the same time in one process.
+    static BROWSERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BROWSERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let profile = std::env::temp_dir().join(format!("f5-chromium-profile-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&profile);
     let mut browser = Devtools::launch(chromium, &profile, url);
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -206,6 +209,35 @@ async fn the_page_speaks_in_headless_chromium() {
     // With a token set, /health says more than alive/ready only to a caller who has it.
     let h: Value = c.get(s.url("/health")).bearer_auth(TOKEN).send().await.expect("health").json().await.expect("health json");
     assert_eq!(h["jobs_done"], 2, "the page's request reached the model: {h}");
+    s.shutdown().await;
+}
+
+/// The page with a Kokoro model: a link picks the model and a mix of its named voices, the
+/// page sends no F5-only option, and the `<audio>` element holds what the same request gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_speaks_a_kokoro_mix_in_headless_chromium() {
+    let Some(chromium) = find_chromium() else {
+        let msg = "no Chromium (set F5_CHROMIUM, or install chromium): the Kokoro page test did not run";
+        if std::env::var("F5_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
+            panic!("{msg}, and F5_REQUIRE_CHROMIUM=1 requires it");
+        }
+        eprintln!("SKIPPED: {msg}");
+        return;
+    };
+    let s = start_with(common::with_kokoro, false).await;
+    let c = client();
+    let direct = json!({ "model": common::KOKORO, "voice": "af_heart(2)+am_mirror", "text": "Hello there.", "seed": 3 });
+    let r = c.post(s.url("/tts")).json(&direct).send().await.expect("tts");
+    assert_eq!(r.status(), 200);
+    let expected_seconds = wav_samples(&r.bytes().await.expect("wav")) as f64 / 24_000.0;
+
+    let url = s.url(&format!("/?model={}&mix=af_heart(2)%2Bam_mirror&text=Hello%20there.&seed=3&speak=1", common::KOKORO));
+    let (state, duration, text) = tokio::task::spawn_blocking(move || page_outcome(&chromium, &url)).await.expect("join");
+    assert_eq!(state, "ready", "the page ended in {state:?}: {text}");
+    assert!((duration - expected_seconds).abs() < 1e-3, "the <audio> element holds {duration} s, the answer is {expected_seconds} s");
+    let h: Value = c.get(s.url("/health")).send().await.expect("health").json().await.expect("health json");
+    assert_eq!(h["jobs_done"], 2, "the page's request reached the model: {h}");
+    assert_eq!(h["model"], common::KOKORO, "{h}");
     s.shutdown().await;
 }
 

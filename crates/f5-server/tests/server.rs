@@ -12,7 +12,9 @@ async fn error_of(r: reqwest::Response) -> (u16, String) {
     let status = r.status().as_u16();
     let ct = r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
     let body: serde_json::Value = r.json().await.unwrap_or_else(|e| panic!("status {status}: the error body is not JSON ({ct}): {e}"));
-    let msg = body.get("error").and_then(|e| e.as_str()).unwrap_or_else(|| panic!("no \"error\" field in {body}")).to_string();
+    let msg = body["error"]["message"].as_str().unwrap_or_else(|| panic!("no error.message in {body}")).to_string();
+    let kind = body["error"]["type"].as_str().unwrap_or_else(|| panic!("no error.type in {body}"));
+    assert_eq!(kind == "server_error", status >= 500 && status != 503, "{status} answered as {kind}");
     (status, msg)
 }
 
@@ -536,7 +538,11 @@ async fn requests_switch_between_models() {
         let single = start_with(
             |c| {
                 if model == V0 {
-                    c.model = fixture("models/f5-tiny-v0/model.safetensors");
+                    c.model = f5_synth::ModelFiles::F5 {
+                        checkpoint: fixture("models/f5-tiny-v0/model.safetensors"),
+                        vocab: fixture("vocab.txt"),
+                        vocoder: fixture("models/vocos-tiny/pytorch_model.bin"),
+                    };
                 }
             },
             false,
@@ -563,7 +569,19 @@ async fn requests_switch_between_models() {
     )
     .await;
     let models: serde_json::Value = c.get(s.url("/models")).send().await.unwrap().json().await.unwrap();
-    assert_eq!(models["models"], json!([{ "id": V1, "loaded": true, "default": true }, { "id": V0, "loaded": false, "default": false }]));
+    let summary: Vec<_> = models["models"]
+        .as_array()
+        .expect("models")
+        .iter()
+        .map(|m| json!({ "id": m["id"], "loaded": m["loaded"], "default": m["default"], "family": m["family"] }))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            json!({ "id": V1, "loaded": true, "default": true, "family": "f5" }),
+            json!({ "id": V0, "loaded": false, "default": false, "family": "f5" })
+        ]
+    );
 
     // One after another, alternating: every request but none exchanges the weights.
     for (m, text, seed) in &requests {

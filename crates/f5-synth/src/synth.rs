@@ -43,6 +43,10 @@ pub struct SynthOptions {
     /// own, and a short chunk gets up to 1.1 s more than the reference's estimate. Not applied to
     /// the duration when `fix_duration` is set (the total is the user's).
     pub short_fix: bool,
+    /// Split-on-fail: a chunk still misheard after its retries is cut into sentences
+    /// ([`crate::split_on_fail`]), each generated and checked on its own. On by default; only
+    /// acts with a transcriber.
+    pub split_on_fail: bool,
 }
 
 impl Default for SynthOptions {
@@ -61,6 +65,7 @@ impl Default for SynthOptions {
             solver: Solver::Euler,
             use_epss: true,
             short_fix: false,
+            split_on_fail: true,
         }
     }
 }
@@ -112,12 +117,25 @@ pub struct ChunkReport {
     pub samples: usize,
     /// Wall time of this chunk in seconds, all attempts.
     pub seconds: f64,
-    /// The listen-back check's verdict (attempts is 1 and `checked` false when it is off).
+    /// The listen-back check's verdict (attempts is 1 and `checked` false when it is off). For
+    /// a chunk that was split, its parts' scores together ([`ChunkScore::merged`]).
     pub score: ChunkScore,
+    /// When the whole chunk was still misheard after its retries and split into sentences:
+    /// the whole's score, and each sentence's own report (its attempts and WER).
+    pub split: Option<SplitReport>,
+}
+
+/// What split-on-fail did to a chunk.
+#[derive(Clone, Debug)]
+pub struct SplitReport {
+    /// The whole chunk's best attempt, which failed.
+    pub whole: ChunkScore,
+    /// The sentences, in order, as generated.
+    pub parts: Vec<ChunkReport>,
 }
 
 /// A finished synthesis.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Audio {
     /// Mono samples at [`SAMPLE_RATE`], not peak-limited (a writer decides how to fit 16 bits).
     pub samples: Vec<f32>,
@@ -127,6 +145,8 @@ pub struct Audio {
     pub chunks: Vec<ChunkReport>,
     /// All chunks' listen-back scores together.
     pub score: TotalScore,
+    /// When each word is spoken, when asked for and the family has them (else empty).
+    pub words: Vec<crate::WordTime>,
 }
 
 impl Audio {
@@ -250,7 +270,7 @@ impl<B: Backend> Synthesizer<B> {
         let mut mel = Vec::new();
         let (seed, chunks) = self.run(voice, text, opts, progress, &mut |s| samples.extend(s.iter().map(|&v| v as f32)), Some(&mut mel))?;
         let score = chunks.iter().map(|c| &c.score).collect();
-        Ok(Audio { samples, mel, seed, chunks, score })
+        Ok(Audio { samples, mel, seed, chunks, score, words: Vec::new() })
     }
 
     /// Speaks `text` chunk by chunk, handing final samples to `sink` as they are ready.
@@ -266,7 +286,7 @@ impl<B: Backend> Synthesizer<B> {
         self.run(voice, text, opts, progress, sink, None)
     }
 
-    fn run(
+    pub(crate) fn run(
         &self,
         voice: &Voice,
         text: &str,
@@ -302,7 +322,6 @@ impl<B: Backend> Synthesizer<B> {
         let sample_opts =
             SampleOptions { steps: opts.nfe, cfg_strength: opts.cfg, sway: opts.sway, solver: opts.solver, use_epss: opts.use_epss };
         let mel_dim = self.model.config.mel_dim;
-        let ref_len = voice.wave.len() / HOP;
         let mut fader = CrossFader::new(f5_audio::output::cross_fade_samples(opts.cross_fade, SAMPLE_RATE));
         let mut reports = Vec::with_capacity(chunks.len());
         let gate = Gate::new(opts.retries, opts.max_wer).map_err(|e| SynthError::Options(e.to_string()))?;
@@ -313,63 +332,134 @@ impl<B: Backend> Synthesizer<B> {
         };
         for (i, chunk) in chunks.iter().enumerate() {
             let started = std::time::Instant::now();
-            let tokens = f5_text::to_tokens(&format!("{}{chunk}", voice.model_text))?;
-            let ids = self.vocab.ids(&tokens);
-            let estimate = estimate_frames(voice.wave.len(), voice.model_text.len(), chunk.len(), opts.speed, fix[i]);
-            let short_fix_frames =
-                if opts.short_fix && fix[i].is_none() { crate::short_fix::short_fix_extra_frames(chunk.len()) } else { 0 };
-            let frames = sampled_frames(estimate + short_fix_frames, ids.len(), voice.wave.len());
+            let piece = self.plan(voice, chunk, opts, fix[i])?;
             // The first attempt always draws from the shared stream, so later chunks get the same
             // noise whether or not this one is regenerated; retries use seeds of their own.
-            let first_noise = generator.randn(frames * mel_dim);
+            let first_noise = generator.randn(piece.frames * mel_dim);
             let gated = gate.run(transcriber, language, chunk, SAMPLE_RATE, |attempt| -> Result<ChunkOutput, SynthError> {
                 progress(Progress::Chunk { index: i, total: chunks.len(), text: chunk, attempt });
                 let retry_noise;
                 let noise = if attempt == 0 {
                     &first_noise
                 } else {
-                    retry_noise = TorchGenerator::new(retry_seed(seed, i, attempt)).randn(frames * mel_dim);
+                    retry_noise = TorchGenerator::new(retry_seed(seed, i, attempt)).randn(piece.frames * mel_dim);
                     &retry_noise
                 };
-                let mut step = |done: usize, steps: usize| progress(Progress::Step { chunk: i, step: done, steps });
-                let mel = self.model.sample(&ids, &voice.mel, frames, Noise::Given(noise), &sample_opts, &mut step)?;
-                // The reference drops N // 256 frames, one fewer than the reference mel has: its
-                // last frame reaches the vocoder.
-                let generated = mel[ref_len * mel_dim..].to_vec();
-                let mut wave = self.vocoder.decode(&generated, frames - ref_len)?;
-                voice.loudness.undo(&mut wave);
-                Ok(ChunkOutput { wave, mel: generated })
+                self.render(voice, &piece, noise, &sample_opts, i, progress)
             })?;
+            let sentences =
+                if opts.split_on_fail && gate.failed(&gated.score) { crate::split_on_fail::sentences_for_retry(chunk) } else { Vec::new() };
+            if sentences.len() > 1 {
+                // Each sentence with its own estimate and its own noise (derived from the seed,
+                // after every retry seed of the whole), through the gate on its own.
+                let mut parts = Vec::with_capacity(sentences.len());
+                for (p, sentence) in sentences.iter().enumerate() {
+                    let part_started = std::time::Instant::now();
+                    let piece = self.plan(voice, sentence, opts, None)?;
+                    let part = gate.run(transcriber, language, sentence, SAMPLE_RATE, |attempt| -> Result<ChunkOutput, SynthError> {
+                        progress(Progress::Chunk { index: i, total: chunks.len(), text: sentence, attempt });
+                        let noise = TorchGenerator::new(split_seed(seed, i, p, attempt)).randn(piece.frames * mel_dim);
+                        self.render(voice, &piece, &noise, &sample_opts, i, progress)
+                    })?;
+                    let out = part.output;
+                    if let Some(m) = mel_out.as_deref_mut() {
+                        m.extend_from_slice(&out.mel);
+                    }
+                    sink(&fader.push(&out.wave));
+                    parts.push(piece.report(sentence, out.wave.len(), part_started, part.score));
+                }
+                let part_scores: Vec<ChunkScore> = parts.iter().map(|p| p.score.clone()).collect();
+                let score = ChunkScore::merged(&gated.score, &part_scores);
+                let mut report = piece.report(chunk, parts.iter().map(|p| p.samples).sum(), started, score);
+                report.split = Some(SplitReport { whole: gated.score, parts });
+                reports.push(report);
+                continue;
+            }
             let out = gated.output;
             if let Some(m) = mel_out.as_deref_mut() {
                 m.extend_from_slice(&out.mel);
             }
             let ready = fader.push(&out.wave);
             sink(&ready);
-            reports.push(ChunkReport {
-                text: chunk.clone(),
-                frames,
-                short_fix_frames,
-                generated_frames: frames - ref_len,
-                samples: out.wave.len(),
-                seconds: started.elapsed().as_secs_f64(),
-                score: gated.score,
-            });
+            reports.push(piece.report(chunk, out.wave.len(), started, gated.score));
         }
         sink(&fader.finish());
         Ok((seed, reports))
     }
 }
 
+/// The seed of attempt `attempt` of sentence `part` of split chunk `chunk`: apart from every
+/// retry seed (those add at most [`f5_verify::MAX_GATE_RETRIES`] to the chunk's).
+pub(crate) fn split_seed(seed: u64, chunk: usize, part: usize, attempt: u32) -> u64 {
+    retry_seed(seed, chunk, 1 + f5_verify::MAX_GATE_RETRIES + (part as u32) * (1 + f5_verify::MAX_GATE_RETRIES) + attempt)
+}
+
+/// One piece of text planned for the model: its ids and frames.
+struct Piece {
+    ids: Vec<u32>,
+    frames: usize,
+    short_fix_frames: usize,
+    ref_len: usize,
+}
+
+impl Piece {
+    fn report(&self, text: &str, samples: usize, started: std::time::Instant, score: ChunkScore) -> ChunkReport {
+        ChunkReport {
+            text: text.to_string(),
+            frames: self.frames,
+            short_fix_frames: self.short_fix_frames,
+            generated_frames: self.frames - self.ref_len,
+            samples,
+            seconds: started.elapsed().as_secs_f64(),
+            score,
+            split: None,
+        }
+    }
+}
+
+impl<B: Backend> Synthesizer<B> {
+    /// Tokens and frames of one piece of text in `voice` (the reference's estimate, `fix`
+    /// seconds when given, plus short-fix frames when on).
+    fn plan(&self, voice: &Voice, text: &str, opts: &SynthOptions, fix: Option<f64>) -> Result<Piece, SynthError> {
+        let tokens = f5_text::to_tokens(&format!("{}{text}", voice.model_text))?;
+        let ids = self.vocab.ids(&tokens);
+        let estimate = estimate_frames(voice.wave.len(), voice.model_text.len(), text.len(), opts.speed, fix);
+        let short_fix_frames = if opts.short_fix && fix.is_none() { crate::short_fix::short_fix_extra_frames(text.len()) } else { 0 };
+        let frames = sampled_frames(estimate + short_fix_frames, ids.len(), voice.wave.len());
+        Ok(Piece { ids, frames, short_fix_frames, ref_len: voice.wave.len() / HOP })
+    }
+
+    /// One forward of a planned piece with the given noise: sampling, vocoder, loudness back.
+    fn render(
+        &self,
+        voice: &Voice,
+        piece: &Piece,
+        noise: &[f32],
+        sample_opts: &SampleOptions,
+        chunk: usize,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<ChunkOutput, SynthError> {
+        let mel_dim = self.model.config.mel_dim;
+        let mut step = |done: usize, steps: usize| progress(Progress::Step { chunk, step: done, steps });
+        let mel = self.model.sample(&piece.ids, &voice.mel, piece.frames, Noise::Given(noise), sample_opts, &mut step)?;
+        // The reference drops N // 256 frames, one fewer than the reference mel has: its
+        // last frame reaches the vocoder.
+        let generated = mel[piece.ref_len * mel_dim..].to_vec();
+        let mut wave = self.vocoder.decode(&generated, piece.frames - piece.ref_len)?;
+        voice.loudness.undo(&mut wave);
+        Ok(ChunkOutput { wave, mel: generated })
+    }
+}
+
 /// The seed of retry `attempt` of chunk `chunk`: distinct per chunk and attempt, derived from
 /// the synthesis seed so a seeded run with the gate on is reproducible too.
-fn retry_seed(seed: u64, chunk: usize, attempt: u32) -> u64 {
+pub(crate) fn retry_seed(seed: u64, chunk: usize, attempt: u32) -> u64 {
     seed.wrapping_add((chunk as u64) << 32).wrapping_add(attempt as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// A seed when none was asked for: time and process id, mixed. Reported with the result so any
 /// output can be reproduced.
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let mut x = t ^ (std::process::id() as u64).rotate_left(32);
     // splitmix64 finaliser
@@ -406,7 +496,7 @@ impl<B: Backend> Synthesizer<B> {
         if lines.is_empty() {
             return Err(SynthError::Options("the dialogue has no lines".into()));
         }
-        let mut out = Audio { samples: Vec::new(), mel: Vec::new(), seed: 0, chunks: Vec::new(), score: TotalScore::default() };
+        let mut out = Audio::default();
         for (i, (voice, text)) in lines.iter().enumerate() {
             let line_opts = SynthOptions { seed: opts.seed.map(|s| s.wrapping_add(i as u64)), ..opts.clone() };
             let part = self.synthesize(voice, text, &line_opts, progress)?;
@@ -437,6 +527,21 @@ pub fn remove_long_silences(samples: &[f32]) -> Result<Vec<f32>, SynthError> {
         out.extend(p.samples().iter().map(|&v| v as f32 / 32768.0));
     }
     Ok(out)
+}
+
+/// Seconds of audio `text` would make in `voice` at `speed` by the reference's estimate: the
+/// total and the longest chunk (what a server checks against its limits before queueing).
+pub(crate) fn planned_seconds(voice: &Voice, text: &str, speed: f64) -> (f64, f64) {
+    let ref_samples = voice.wave.len();
+    let ref_frames = ref_samples / HOP;
+    let (mut total, mut longest) = (0.0f64, 0.0f64);
+    for chunk in f5_text::chunk_text(text, voice.max_chunk_bytes(speed)) {
+        let frames = estimate_frames(ref_samples, voice.model_text.len(), chunk.len(), speed, None);
+        let seconds = frames.saturating_sub(ref_frames) as f64 * HOP as f64 / SAMPLE_RATE as f64;
+        total += seconds;
+        longest = longest.max(seconds);
+    }
+    (total, longest)
 }
 
 #[cfg(test)]

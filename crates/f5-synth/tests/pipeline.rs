@@ -192,3 +192,57 @@ fn a_dialogue_is_its_lines_in_order_with_punctuation_pauses() {
     assert_eq!(d.chunks.len(), 3);
     assert!(synth.dialogue(&[], &opts, &mut |_| {}).is_err());
 }
+
+/// Split-on-fail: a three-sentence chunk whose middle sentence is misheard in every attempt of
+/// the whole is cut into its sentences; each goes through the gate on its own, so only the
+/// misheard one is generated again, and the report shows the split. With it off, the whole
+/// chunk's best attempt is kept, as before.
+#[test]
+fn split_on_fail_regenerates_the_misheard_sentence_on_its_own() {
+    let voice = birch_voice();
+    let s1 = "The birch canoe slid on the smooth planks today.";
+    let s2 = "Glue the sheet to the dark blue background now.";
+    let s3 = "It is easy to tell the depth of a well.";
+    let text = format!("{s1} {s2} {s3}");
+    assert_eq!(f5_text::chunk_text(&text, voice.max_chunk_bytes(1.0)).len(), 1, "one chunk");
+    let misheard = format!("{s1} zebra quantum xylophone {s3}");
+    let script = [misheard.as_str(), misheard.as_str(), s1, "zebra quantum xylophone", s2, s3];
+    let run = |split_on_fail: bool| {
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let synth = synthesizer().with_listen_back(f5_synth::ListenBack {
+            transcriber: Box::new(Scripted { answers: std::sync::Mutex::new(script.iter().map(|s| s.to_string()).collect()), calls }),
+            language: &f5_verify::English,
+        });
+        let opts = SynthOptions { nfe: 1, seed: Some(3), retries: 1, max_wer: 0.3, split_on_fail, ..SynthOptions::default() };
+        let mut starts = Vec::new();
+        let audio = synth
+            .synthesize(&voice, &text, &opts, &mut |p| {
+                if let Progress::Chunk { text, attempt, .. } = p {
+                    starts.push((text.to_string(), attempt));
+                }
+            })
+            .unwrap();
+        (audio, starts)
+    };
+
+    let (audio, starts) = run(true);
+    let want: Vec<(String, u32)> =
+        [(text.as_str(), 0), (text.as_str(), 1), (s1, 0), (s2, 0), (s2, 1), (s3, 0)].iter().map(|(t, a)| (t.to_string(), *a)).collect();
+    assert_eq!(starts, want);
+    let chunk = &audio.chunks[0];
+    let split = chunk.split.as_ref().expect("the chunk was split");
+    assert_eq!(split.whole.attempts, 2);
+    assert!(split.whole.wer.unwrap() > 0.3);
+    let parts: Vec<(&str, u32, Option<f64>)> = split.parts.iter().map(|p| (p.text.as_str(), p.score.attempts, p.score.wer)).collect();
+    assert_eq!(parts, [(s1, 1, Some(0.0)), (s2, 2, Some(0.0)), (s3, 1, Some(0.0))]);
+    // The chunk's score is what was kept: the parts, heard right; its cost counts every attempt.
+    assert_eq!((chunk.score.wer, chunk.score.attempts, chunk.score.errors), (Some(0.0), 6, 0));
+    assert_eq!(chunk.samples, split.parts.iter().map(|p| p.samples).sum::<usize>());
+    // Each sentence has its own duration estimate: shorter than the whole chunk's.
+    assert!(split.parts.iter().all(|p| p.generated_frames < chunk.generated_frames));
+
+    let (kept, starts) = run(false);
+    assert_eq!(starts, [(text.clone(), 0), (text.clone(), 1)]);
+    assert!(kept.chunks[0].split.is_none());
+    assert!(kept.chunks[0].score.wer.unwrap() > 0.3, "without split-on-fail the misheard chunk stays");
+}

@@ -73,6 +73,26 @@ pub struct ChunkScore {
     pub problem: Option<String>,
 }
 
+impl ChunkScore {
+    /// The score of a chunk that was split after `whole` failed: its parts' scores together.
+    /// Words and errors are the parts' (what was kept); attempts count the whole's too, so the
+    /// cost shows; checked only when every part was; heard is the parts' transcripts joined.
+    pub fn merged(whole: &ChunkScore, parts: &[ChunkScore]) -> ChunkScore {
+        let words = parts.iter().map(|p| p.words).sum();
+        let errors = parts.iter().map(|p| p.errors).sum();
+        let checked = !parts.is_empty() && parts.iter().all(|p| p.checked);
+        ChunkScore {
+            words,
+            errors,
+            attempts: whole.attempts + parts.iter().map(|p| p.attempts).sum::<u32>(),
+            checked,
+            wer: checked.then(|| wer_of(errors, words)),
+            transcript: checked.then(|| parts.iter().filter_map(|p| p.transcript.as_deref()).collect::<Vec<_>>().join(" ")),
+            problem: parts.iter().find_map(|p| p.problem.clone()),
+        }
+    }
+}
+
 /// A chunk's kept output and its score.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gated<T> {
@@ -172,6 +192,13 @@ impl Gate {
             None => GateStatus::Off,
             Some(t) => GateStatus::On { transcriber: t.describe(), retries: self.retries, max_wer: self.max_wer },
         }
+    }
+
+    /// Whether a chunk's kept attempt was heard and is within the limit. An unchecked chunk
+    /// (no transcriber, or none answered) has not failed: only a chunk that was heard with
+    /// too many errors has.
+    pub fn failed(&self, score: &ChunkScore) -> bool {
+        score.checked && score.wer.is_some_and(|w| w > self.max_wer)
     }
 
     /// Generates one chunk, listening to each attempt.

@@ -36,6 +36,24 @@ fn temp_dir() -> PathBuf {
     dir
 }
 
+/// The id the Kokoro fixture model is served under.
+pub const KOKORO: &str = "kokoro-small";
+
+/// The small Kokoro model in the release layout (`fixtures/kokoro/release-small`: its voices
+/// are `af_heart` and `am_mirror`).
+pub fn kokoro_files() -> f5_synth::ModelFiles {
+    let dir = fixture("kokoro/release-small");
+    f5_synth::ModelFiles::Kokoro { checkpoint: dir.clone(), voices: f5_synth::KokoroVoices::in_model_dir(&dir) }
+}
+
+/// Adds the Kokoro fixture model beside the default F5 one.
+pub fn with_kokoro(c: &mut ServerConfig) {
+    let mut k = f5_server::ModelEntry::with_files(kokoro_files());
+    k.id = Some(KOKORO.into());
+    c.more_models = vec![k];
+    c.queue_capacity = 32;
+}
+
 /// The tiny fixture model and vocoder on a free loopback port, one CPU thread.
 pub fn tiny_config(voices: PathBuf) -> ServerConfig {
     let mut config = ServerConfig::new(
