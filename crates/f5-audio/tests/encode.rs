@@ -619,3 +619,18 @@ fn short_and_empty_inputs_still_make_files() {
         assert!(!bytes.is_empty(), "{format}: an empty stream still has a header");
     }
 }
+
+/// A server moves an encoder into the task or thread that writes the response.
+#[test]
+fn encoders_can_move_between_threads() {
+    fn assert_send<T: Send>() {}
+    assert_send::<StreamEncoder>();
+    let mut enc = StreamEncoder::new(AudioFormat::Opus, RATE, 1).unwrap();
+    let handle = std::thread::spawn(move || {
+        let mut bytes = enc.push(&tones(4800)).unwrap();
+        bytes.extend(enc.finish().unwrap());
+        bytes
+    });
+    let bytes = handle.join().unwrap();
+    assert_eq!(decode_ogg_opus(&bytes).samples.len(), 9600);
+}
