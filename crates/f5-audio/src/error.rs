@@ -53,8 +53,6 @@ pub enum AudioError {
     PartialFrame { format: String, len: usize, channels: u16 },
     #[error("{format} encoder was already finished; start a new one for a new stream")]
     EncoderFinished { format: String },
-    #[error("{format} output of {samples} samples per channel is too long for the format (limit {limit})")]
-    TooLongForFormat { format: String, samples: u64, limit: u64 },
 }
 
 pub type Result<T> = std::result::Result<T, AudioError>;

@@ -1,5 +1,5 @@
 //! Audio front end and back end of the F5-TTS engine, as plain DSP on `&[f32]`:
-//! decoding reference audio ([`decode`]), torchaudio-compatible resampling ([`resample`]),
+//! decoding reference audio ([`decode`]), torchaudio-compatible resampling ([`resample`](mod@resample)),
 //! loudness normalisation ([`level`]), the Vocos log-mel spectrogram ([`mel`]), pydub-compatible
 //! silence trimming of references ([`silence`]), chunk cross-fading plus WAV writing
 //! ([`output`]), and streaming output in WAV, PCM, MP3, Opus and FLAC ([`encode`]). Each piece

@@ -67,7 +67,7 @@ fn stream_in_pieces(format: AudioFormat, x: &[f32], channels: u16) -> (Vec<u8>, 
 
 /// One push of everything, then finish: the stream a server would send for a single chunk.
 fn stream_once(format: AudioFormat, x: &[f32]) -> Vec<u8> {
-    let mut enc = StreamEncoder::new(format, RATE, 1).expect("encoder");
+    let mut enc = StreamEncoder::mono(format, RATE).expect("encoder");
     let mut out = enc.push(x).expect("push");
     out.extend(enc.finish().expect("finish"));
     out

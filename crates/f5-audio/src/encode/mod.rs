@@ -3,7 +3,7 @@
 //! whole-file function ([`encode_whole`]) that also writes the sizes a streaming header cannot know.
 //!
 //! Every format encodes the same 16-bit samples: float input goes through
-//! [`f64_to_pcm16`](crate::output::f64_to_pcm16), the rule the WAV writer has always used, before
+//! [`f64_to_pcm16`], the rule the WAV writer has always used, before
 //! any codec sees it. A format change therefore never changes clipping or rounding, and the lossy
 //! encoders are fed exactly what the WAV would hold.
 //!
@@ -188,6 +188,11 @@ impl StreamEncoder {
     /// 1 MHz.
     pub fn new(format: AudioFormat, sample_rate: u32, channels: u16) -> Result<Self> {
         Self::with_mode(format, sample_rate, channels, false)
+    }
+
+    /// [`new`](Self::new) for one channel, the model's output.
+    pub fn mono(format: AudioFormat, sample_rate: u32) -> Result<Self> {
+        Self::new(format, sample_rate, 1)
     }
 
     /// `whole_file`: the caller wants one file at `finish` (MP3 then keeps its Info tag).
