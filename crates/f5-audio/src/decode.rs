@@ -138,7 +138,7 @@ pub fn decode_bytes_limited(bytes: &[u8], what: &str, extension: Option<&str>, l
     if bytes.is_empty() {
         return Err(AudioError::EmptyInput { what: what.to_string() });
     }
-    let decoded = if is_riff_wave(bytes) {
+    let decoded = if is_riff_wave(bytes) && !is_streamed_wave(bytes) {
         match decode_wav_hound(bytes, what, Some(limit)) {
             Ok(d) => d,
             Err(AudioError::UnsupportedFormat { .. }) => decode_symphonia(bytes, what, Some("wav"), Some(limit))?,
@@ -180,12 +180,19 @@ fn is_riff_wave(bytes: &[u8]) -> bool {
     bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE"
 }
 
+/// A WAV written as a stream (ffmpeg to a pipe, streaming TTS servers, [`crate::encode`]) states
+/// its RIFF size as 0xFFFFFFFF, "until the end". hound takes the sizes literally and refuses the
+/// file; symphonia reads such files to their end.
+fn is_streamed_wave(bytes: &[u8]) -> bool {
+    bytes.get(4..8) == Some(&[0xff; 4][..])
+}
+
 /// Decodes an in-memory file. `what` names it in errors; `extension` is a format hint.
 pub fn decode_bytes(bytes: &[u8], what: &str, extension: Option<&str>) -> Result<DecodedAudio> {
     if bytes.is_empty() {
         return Err(AudioError::EmptyInput { what: what.to_string() });
     }
-    let decoded = if is_riff_wave(bytes) {
+    let decoded = if is_riff_wave(bytes) && !is_streamed_wave(bytes) {
         match decode_wav_hound(bytes, what, None) {
             Ok(d) => d.audio,
             // hound refuses some valid layouts (64-bit float, odd chunk orders); symphonia may not.

@@ -39,6 +39,20 @@ pub enum AudioError {
     Fft(String),
     #[error("cannot write WAV file {path}: {detail}")]
     WavWrite { path: PathBuf, detail: String },
+    #[error("unknown audio format \"{name}\"; known formats: {known}")]
+    UnknownFormat { name: String, known: String },
+    #[error("unknown audio file extension \"{extension}\"; known extensions: {known}")]
+    UnknownExtension { extension: String, known: String },
+    #[error("audio format {name} is not available: {reason}")]
+    FormatUnavailable { name: String, reason: &'static str },
+    #[error("{format} output cannot use {what} {value}; supported: {supported}")]
+    EncoderSetting { format: String, what: &'static str, value: u64, supported: String },
+    #[error("{format} encoder failed: {detail}")]
+    Encode { format: String, detail: String },
+    #[error("{format} output: {len} interleaved samples is not a whole number of {channels}-channel frames")]
+    PartialFrame { format: String, len: usize, channels: u16 },
+    #[error("{format} encoder was already finished; start a new one for a new stream")]
+    EncoderFinished { format: String },
 }
 
 pub type Result<T> = std::result::Result<T, AudioError>;

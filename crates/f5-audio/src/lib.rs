@@ -1,10 +1,12 @@
 //! Audio front end and back end of the F5-TTS engine, as plain DSP on `&[f32]`:
-//! decoding reference audio ([`decode`]), torchaudio-compatible resampling ([`resample`]),
+//! decoding reference audio ([`decode`]), torchaudio-compatible resampling ([`resample`](mod@resample)),
 //! loudness normalisation ([`level`]), the Vocos log-mel spectrogram ([`mel`]), pydub-compatible
-//! silence trimming of references ([`silence`]), and chunk cross-fading plus WAV writing
-//! ([`output`]). Each piece reproduces the official Python pipeline's numbers, not just its idea.
+//! silence trimming of references ([`silence`]), chunk cross-fading plus WAV writing
+//! ([`output`]), and streaming output in WAV, PCM, MP3, Opus and FLAC ([`encode`]). Each piece
+//! that has a Python counterpart reproduces the official pipeline's numbers, not just its idea.
 
 pub mod decode;
+pub mod encode;
 pub mod error;
 pub mod level;
 pub mod mel;
@@ -13,6 +15,7 @@ pub mod resample;
 pub mod silence;
 
 pub use decode::{decode_bytes, decode_file, mix_to_mono, DecodedAudio, SampleEncoding};
+pub use encode::{encode_whole, encode_whole_f64, AudioFormat, StreamEncoder};
 pub use error::{AudioError, Result};
 pub use level::{limit_peak, normalize_rms, rms, RmsNormalization, TARGET_RMS};
 pub use mel::{log_mel_spectrogram, mel_frame_count, MelSpectrogram};
