@@ -82,6 +82,13 @@ pub fn voice_dir(dir: &Path) -> Result<(PathBuf, String)> {
 
 /// The hub model Kokoro's release is published as: what `--model` means when it is not given.
 pub const DEFAULT_MODEL: &str = "hexgrad/Kokoro-82M";
+/// The default model could not be had (no network, not cached): the error, and what to do.
+pub fn default_model_hint(e: anyhow::Error) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{e:#} — the default model {DEFAULT_MODEL} is fetched from the Hugging Face Hub once; offline, run `cargo xtask kokoro-int8 --install` and pass `--model kokoro-int8`, or name another model with --model"
+    )
+}
+
 /// The vocoder F5 checkpoints speak through unless `--vocoder` names another.
 pub const DEFAULT_VOCODER: &str = "charactr/vocos-mel-24khz";
 

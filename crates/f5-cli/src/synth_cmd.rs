@@ -47,9 +47,14 @@ pub struct SynthArgs {
     /// A UTF-8 file with the text to speak ("-" for standard input).
     #[arg(long, short = 'f')]
     pub file: Option<PathBuf>,
-    /// Output: .wav (16-bit PCM; --float for 32-bit float) or .npy (float32 samples, 24 kHz).
+    /// Output file, its format by extension: .wav (16-bit PCM; --float for 32-bit float), .mp3,
+    /// .opus (Ogg), .flac, .pcm (raw s16le) or .npy (float32 samples, 24 kHz). `-` writes the
+    /// audio to standard output as it is made (wav unless --format says otherwise).
     #[arg(long, short = 'o')]
     pub output: PathBuf,
+    /// The output format, whatever the file is called: wav, mp3, opus, flac or pcm.
+    #[arg(long)]
+    pub format: Option<String>,
     /// Write 32-bit float wav samples instead of 16-bit.
     #[arg(long)]
     pub float: bool,
@@ -234,15 +239,14 @@ pub fn run(args: SynthArgs) -> Result<()> {
     if text.trim().is_empty() {
         bail!("the text to speak is empty");
     }
-    let ext = args.output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-    if !matches!(ext.as_deref(), Some("wav") | Some("npy")) {
-        bail!("{}: the output must end in .wav or .npy", args.output.display());
-    }
+    let kind = output_kind(&args)?;
+    let to_stdout = args.output.as_os_str() == "-";
     if let Some(p) = &args.spectrogram {
         check_spectrogram_path(p)?;
     }
     let hub = Arc::new(resolve::hub(args.quiet));
-    let files = resolve::model_files(&hub, &args.model, args.vocab.as_deref(), args.vocoder.as_deref(), resolve::Use::Command)?;
+    let files = resolve::model_files(&hub, &args.model, args.vocab.as_deref(), args.vocoder.as_deref(), resolve::Use::Command)
+        .map_err(|e| if args.model == resolve::DEFAULT_MODEL { resolve::default_model_hint(e) } else { e })?;
     let started = Instant::now();
     let device = f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)?;
     let threads = crate::limits::clamp_threads(args.threads);
@@ -305,114 +309,110 @@ pub fn run(args: SynthArgs) -> Result<()> {
             bar.inc(1);
         }
     };
-    // A wav without a mel to save or silences to remove is written as the chunks come out, so a
-    // text of any length needs memory for one chunk only.
+    // Audio without a mel to save or silences to remove is written as the chunks come out, so a
+    // text of any length needs memory for one chunk only (and `-o -` plays while it is made).
     let pieces = voice_pieces(&text);
     let multi_voice = pieces.iter().any(|(name, _)| name.is_some());
-    let streaming =
-        ext.as_deref() == Some("wav") && args.save_mel.is_none() && args.spectrogram.is_none() && !args.remove_silence && !multi_voice;
-    let tmp = args.output.with_extension(format!("{}.partial", ext.as_deref().unwrap_or("out")));
-    let (samples_written, seed, chunks, words, note, mel) = if streaming {
-        let spec = hound::WavSpec {
-            channels: 1,
-            sample_rate: engine.info().sample_rate,
-            bits_per_sample: if args.float { 32 } else { 16 },
-            sample_format: if args.float { hound::SampleFormat::Float } else { hound::SampleFormat::Int },
-        };
-        let mut writer = hound::WavWriter::create(&tmp, spec).with_context(|| format!("cannot create {}", tmp.display()))?;
-        let (mut written, mut clipped, mut failed) = (0usize, 0usize, None::<hound::Error>);
-        let result = engine.speak(&voice, &text, &opts, &mut progress, &mut |block| {
-            for &x in block {
-                if failed.is_some() {
-                    return;
-                }
-                let r = if args.float {
-                    writer.write_sample(x as f32)
-                } else {
-                    if x.abs() > 1.0 {
-                        clipped += 1;
-                    }
-                    writer.write_sample(f5_audio::output::f64_to_pcm16(x))
-                };
-                if let Err(e) = r {
-                    failed = Some(e);
-                }
-                written += 1;
-            }
-        });
-        let spoken = match result {
-            Ok(v) => v,
-            Err(e) => {
-                drop(writer);
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e.into());
-            }
-        };
-        if let Some(e) = failed {
-            let _ = std::fs::remove_file(&tmp);
-            bail!("cannot write {}: {e}", tmp.display());
-        }
-        writer.finalize().with_context(|| format!("cannot write {}", tmp.display()))?;
-        let note = if clipped > 0 { format!(", {clipped} samples beyond full scale clipped") } else { String::new() };
-        (written, spoken.seed, spoken.chunks, spoken.words, note, Vec::new())
-    } else {
-        let audio = if multi_voice {
-            // Each piece in its own voice, plainly concatenated, as the official CLI does.
-            let mut whole = f5_synth::Audio::default();
-            for (name, piece) in &pieces {
-                let piece_voice = match name.as_deref() {
-                    Some(n) if n != "main" => {
-                        let v = piece_voice(n, &args, engine, &files)?;
-                        if v.is_none() {
-                            eprintln!("voice [{n}] is not one this model has: using the main voice for it");
-                        }
-                        v
-                    }
-                    _ => None,
-                };
-                let offset = whole.samples.len() as f64 / engine.info().sample_rate as f64;
-                let part = f5_synth::speak_to_memory(engine, piece_voice.as_ref().unwrap_or(&voice), piece, &opts, &mut progress)?;
-                whole.seed = part.seed;
-                whole.samples.extend_from_slice(&part.samples);
-                whole.mel.extend_from_slice(&part.mel);
-                whole.chunks.extend(part.chunks);
-                whole.words.extend(part.words.into_iter().map(|w| f5_synth::WordTime {
-                    start: w.start + offset,
-                    end: w.end + offset,
-                    ..w
-                }));
-            }
-            whole.score = whole.chunks.iter().map(|c| &c.score).collect();
-            whole
-        } else {
-            f5_synth::speak_to_memory(engine, &voice, &text, &opts, &mut progress)?
-        };
-        let rate = engine.info().sample_rate;
-        let mut samples = if args.remove_silence { f5_synth::remove_long_silences(&audio.samples)? } else { audio.samples.clone() };
-        let peak = f5_audio::level::peak(&samples);
-        let limited = ext.as_deref() == Some("wav") && !args.float && peak > 1.0;
-        if limited {
-            // 16-bit cannot hold it: scale down once instead of clipping.
-            f5_audio::level::limit_peak(&mut samples, 1.0);
-        }
-        match ext.as_deref() {
-            Some("npy") => npy::write_f32(&tmp, &[samples.len() as u64], &samples)?,
-            _ => {
-                let wide: Vec<f64> = samples.iter().map(|&v| v as f64).collect();
-                if args.float {
-                    f5_audio::output::write_wav_f32(&tmp, &wide, rate)?;
-                } else {
-                    f5_audio::output::write_wav_pcm16(&tmp, &wide, rate)?;
-                }
-            }
-        }
-        if let Some(p) = &args.save_mel {
-            npy::write_f32(p, &[(audio.mel.len() / 100) as u64, 100], &audio.mel)?;
-        }
-        let note = if limited { format!(", peak {peak:.2} scaled to 1.0") } else { String::new() };
-        (samples.len(), audio.seed, audio.chunks, audio.words, note, audio.mel)
+    // An mp3 file is written whole, with its gapless tag (exact length); a stream has none.
+    let gapless_mp3 = matches!(kind, OutputKind::Encoded(f5_audio::encode::AudioFormat::Mp3)) && !to_stdout;
+    let streaming = matches!(kind, OutputKind::Encoded(_))
+        && !gapless_mp3
+        && args.save_mel.is_none()
+        && args.spectrogram.is_none()
+        && !args.remove_silence
+        && !multi_voice;
+    let rate = engine.info().sample_rate;
+    let tmp = args.output.with_extension(format!("{}.partial", args.output.extension().and_then(|e| e.to_str()).unwrap_or("out")));
+    // Encoded audio goes through `out`; npy and float wav are written to `tmp` whole.
+    let mut out = match kind {
+        OutputKind::Encoded(_) => Some(Destination::open(&args.output, &tmp, to_stdout)?),
+        _ => None,
     };
-    std::fs::rename(&tmp, &args.output).with_context(|| format!("cannot write {}", args.output.display()))?;
+    let (samples_written, seed, chunks, words, note, mel) =
+        if let (true, OutputKind::Encoded(format), Some(dest)) = (streaming, &kind, out.as_mut()) {
+            let mut writer = StreamWriter::new(*format, rate, dest)?;
+            let result = engine.speak(&voice, &text, &opts, &mut progress, &mut |block| writer.push(block));
+            let spoken = match result.map_err(anyhow::Error::from).and_then(|s| writer.finish().map(|w| (s, w))) {
+                Ok(v) => v,
+                Err(e) => {
+                    drop(out);
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e);
+                }
+            };
+            let (spoken, (written, clipped)) = spoken;
+            let note = if clipped > 0 { format!(", {clipped} samples beyond full scale clipped") } else { String::new() };
+            (written, spoken.seed, spoken.chunks, spoken.words, note, Vec::new())
+        } else {
+            let audio = if multi_voice {
+                // Each piece in its own voice, plainly concatenated, as the official CLI does.
+                let mut whole = f5_synth::Audio::default();
+                for (name, piece) in &pieces {
+                    let piece_voice = match name.as_deref() {
+                        Some(n) if n != "main" => {
+                            let v = piece_voice(n, &args, engine, &files)?;
+                            if v.is_none() {
+                                eprintln!("voice [{n}] is not one this model has: using the main voice for it");
+                            }
+                            v
+                        }
+                        _ => None,
+                    };
+                    let offset = whole.samples.len() as f64 / rate as f64;
+                    let part = f5_synth::speak_to_memory(engine, piece_voice.as_ref().unwrap_or(&voice), piece, &opts, &mut progress)?;
+                    whole.seed = part.seed;
+                    whole.samples.extend_from_slice(&part.samples);
+                    whole.mel.extend_from_slice(&part.mel);
+                    whole.chunks.extend(part.chunks);
+                    whole.words.extend(part.words.into_iter().map(|w| f5_synth::WordTime {
+                        start: w.start + offset,
+                        end: w.end + offset,
+                        ..w
+                    }));
+                }
+                whole.score = whole.chunks.iter().map(|c| &c.score).collect();
+                whole
+            } else {
+                f5_synth::speak_to_memory(engine, &voice, &text, &opts, &mut progress)?
+            };
+            let mut samples = if args.remove_silence { f5_synth::remove_long_silences(&audio.samples)? } else { audio.samples.clone() };
+            let peak = f5_audio::level::peak(&samples);
+            let limited = matches!(kind, OutputKind::Encoded(_)) && peak > 1.0;
+            if limited {
+                // 16 bits cannot hold it: scale down once instead of clipping.
+                f5_audio::level::limit_peak(&mut samples, 1.0);
+            }
+            let written = match &kind {
+                OutputKind::Npy => npy::write_f32(&tmp, &[samples.len() as u64], &samples).map(|_| ()),
+                OutputKind::FloatWav => {
+                    let wide: Vec<f64> = samples.iter().map(|&v| v as f64).collect();
+                    f5_audio::output::write_wav_f32(&tmp, &wide, rate).map_err(anyhow::Error::from)
+                }
+                OutputKind::Encoded(format) => match out.as_mut() {
+                    Some(dest) => f5_audio::encode::encode_whole(*format, &samples, rate, 1)
+                        .map_err(anyhow::Error::from)
+                        .and_then(|bytes| dest.write_all(&bytes))
+                        .and_then(|_| dest.flush()),
+                    None => Err(anyhow::anyhow!("no destination for the encoded audio")),
+                },
+            };
+            if let Err(e) = written {
+                drop(out);
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+            if let Some(p) = &args.save_mel {
+                npy::write_f32(p, &[(audio.mel.len() / 100) as u64, 100], &audio.mel)?;
+            }
+            let note = if limited { format!(", peak {peak:.2} scaled to 1.0") } else { String::new() };
+            (samples.len(), audio.seed, audio.chunks, audio.words, note, audio.mel)
+        };
+    if let Some(dest) = out {
+        dest.close()?;
+    }
+    if !to_stdout {
+        std::fs::rename(&tmp, &args.output).with_context(|| format!("cannot write {}", args.output.display()))?;
+    }
     bar.finish_and_clear();
     let synth_seconds = synth_started.elapsed().as_secs_f64();
     let total: f5_synth::TotalScore = chunks.iter().map(|c| &c.score).collect();
@@ -448,6 +448,150 @@ pub fn run(args: SynthArgs) -> Result<()> {
             .with_context(|| format!("the audio was written to {}, the spectrogram was not", args.output.display()))?;
     }
     Ok(())
+}
+
+/// What the output is written as.
+enum OutputKind {
+    /// Raw float32 samples in a .npy.
+    Npy,
+    /// 32-bit float wav (`--float`).
+    FloatWav,
+    /// 16-bit samples in one of the encoded formats (wav, pcm, mp3, opus, flac).
+    Encoded(f5_audio::encode::AudioFormat),
+}
+
+/// The output's kind from `--format`, `-o -` or the file's extension; refused before anything
+/// loads when it cannot be written.
+fn output_kind(args: &SynthArgs) -> Result<OutputKind> {
+    use f5_audio::encode::AudioFormat;
+    let to_stdout = args.output.as_os_str() == "-";
+    if let Some(name) = &args.format {
+        if args.float {
+            bail!("--float writes a 32-bit float wav; it does not combine with --format");
+        }
+        return Ok(OutputKind::Encoded(AudioFormat::from_name(name)?));
+    }
+    if to_stdout {
+        if args.float {
+            bail!("--float writes a file; standard output takes --format wav, mp3, opus, flac or pcm");
+        }
+        return Ok(OutputKind::Encoded(AudioFormat::Wav));
+    }
+    let ext = args.output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("npy") => Ok(OutputKind::Npy),
+        Some("wav") if args.float => Ok(OutputKind::FloatWav),
+        Some(e) if AudioFormat::from_extension(e).is_ok() && !args.float => Ok(OutputKind::Encoded(AudioFormat::from_extension(e)?)),
+        _ => bail!(
+            "{}: the output must end in .wav, .mp3, .opus, .flac, .pcm or .npy (or name the format with --format){}",
+            args.output.display(),
+            if args.float { "; --float needs .wav" } else { "" }
+        ),
+    }
+}
+
+/// Where the audio goes: a temporary file renamed into place at the end, or standard output.
+enum Destination {
+    File(std::io::BufWriter<std::fs::File>),
+    Stdout(std::io::Stdout),
+}
+
+impl Destination {
+    fn open(output: &Path, tmp: &Path, to_stdout: bool) -> Result<Destination> {
+        if to_stdout {
+            return Ok(Destination::Stdout(std::io::stdout()));
+        }
+        let f = std::fs::File::create(tmp).with_context(|| format!("cannot create {} (for {})", tmp.display(), output.display()))?;
+        Ok(Destination::File(std::io::BufWriter::new(f)))
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> Result<()> {
+        use std::io::Write;
+        match self {
+            Destination::File(f) => f.write_all(bytes),
+            Destination::Stdout(o) => o.write_all(bytes),
+        }
+        .context("cannot write the audio")
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        use std::io::Write;
+        match self {
+            Destination::File(f) => f.flush(),
+            Destination::Stdout(o) => o.flush(),
+        }
+        .context("cannot write the audio")
+    }
+
+    /// Writes `bytes` over the start of a file (a header whose sizes are known only at the
+    /// end); standard output cannot be rewound and keeps the streaming header.
+    fn patch_start(&mut self, bytes: &[u8]) -> Result<()> {
+        use std::io::{Seek, SeekFrom, Write};
+        if let Destination::File(f) = self {
+            f.flush().context("cannot write the audio")?;
+            let file = f.get_mut();
+            file.seek(SeekFrom::Start(0))
+                .and_then(|_| file.write_all(bytes))
+                .and_then(|_| file.seek(SeekFrom::End(0)).map(|_| ()))
+                .context("cannot write the audio")?;
+        }
+        Ok(())
+    }
+
+    fn close(self) -> Result<()> {
+        match self {
+            Destination::File(f) => f.into_inner().map_err(|e| e.into_error()).and_then(|f| f.sync_all()).context("cannot write the audio"),
+            Destination::Stdout(mut o) => {
+                use std::io::Write;
+                o.flush().context("cannot write the audio")
+            }
+        }
+    }
+}
+
+/// Writes a stream of samples as they come, through f5-audio's streaming encoder (16-bit:
+/// samples beyond full scale clip, and are counted).
+struct StreamWriter<'a> {
+    out: &'a mut Destination,
+    encoder: f5_audio::encode::StreamEncoder,
+    written: usize,
+    clipped: usize,
+    failed: Option<anyhow::Error>,
+}
+
+impl<'a> StreamWriter<'a> {
+    fn new(format: f5_audio::encode::AudioFormat, rate: u32, out: &'a mut Destination) -> Result<Self> {
+        Ok(StreamWriter { out, encoder: f5_audio::encode::StreamEncoder::mono(format, rate)?, written: 0, clipped: 0, failed: None })
+    }
+
+    fn push(&mut self, block: &[f64]) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.written += block.len();
+        self.clipped += block.iter().filter(|x| x.abs() > 1.0).count();
+        // As f32, the precision of a whole synthesis' samples: a stream and a whole file agree.
+        let samples: Vec<f32> = block.iter().map(|&x| x as f32).collect();
+        let r = self.encoder.push(&samples).map_err(anyhow::Error::from).and_then(|bytes| self.out.write_all(&bytes));
+        if let Err(e) = r {
+            self.failed = Some(e);
+        }
+    }
+
+    /// The rest of the stream (and, in a file, the header with the final sizes); returns the
+    /// samples written and how many clipped.
+    fn finish(mut self) -> Result<(usize, usize)> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        let tail = self.encoder.finish()?;
+        self.out.write_all(&tail)?;
+        if let Some(header) = self.encoder.header_fixup() {
+            self.out.patch_start(&header)?;
+        }
+        self.out.flush()?;
+        Ok((self.written, self.clipped))
+    }
 }
 
 /// Refuses, before any synthesis, a spectrogram path that cannot work: the wrong extension or a

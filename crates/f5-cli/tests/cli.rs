@@ -538,5 +538,72 @@ fn the_default_model_offline_and_uncached_is_one_clear_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains("hexgrad/Kokoro-82M"), "{err}");
+    assert!(err.contains("hexgrad/Kokoro-82M") && err.contains("offline") && err.contains("--model kokoro-int8"), "{err}");
+}
+
+/// Every output format by extension (and `--format`, and `-o -`) decodes back to the same
+/// audio: wav, pcm and flac to the same 16-bit samples, mp3 to the same length (gapless tag),
+/// opus to an Ogg Opus stream of the same duration.
+#[test]
+fn synth_writes_every_format_and_streams_to_stdout() {
+    let run = |out: &str, extra: &[&str]| {
+        let args = [
+            &["synth"][..],
+            &TINY[..],
+            &REF[..],
+            &["-t", "Hello world, this is a tiny test.", "--nfe", "2", "--seed", "3", "-q", "-o", out][..],
+            extra,
+        ]
+        .concat();
+        f5(&args)
+    };
+    let decode = |p: &std::path::Path| {
+        let d = f5_audio::decode::decode_file(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert_eq!(d.sample_rate, 24_000);
+        d.channels.into_iter().next().unwrap()
+    };
+    let wav = tmp("formats.wav");
+    let (ok, _, err) = run(wav.to_str().unwrap(), &[]);
+    assert!(ok, "{err}");
+    let reference = decode(&wav);
+    let flac = tmp("formats.flac");
+    assert!(run(flac.to_str().unwrap(), &[]).0);
+    assert_eq!(decode(&flac), reference, "flac is lossless");
+    let mp3 = tmp("formats.mp3");
+    assert!(run(mp3.to_str().unwrap(), &[]).0);
+    assert_eq!(decode(&mp3).len(), reference.len(), "a whole mp3 file keeps the exact length");
+    let pcm = tmp("formats.raw");
+    assert!(run(pcm.to_str().unwrap(), &["--format", "pcm"]).0);
+    let raw: Vec<f32> = std::fs::read(&pcm).unwrap().chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]]) as f32 / 32768.0).collect();
+    assert_eq!(raw, reference);
+    let opus = tmp("formats.opus");
+    assert!(run(opus.to_str().unwrap(), &[]).0);
+    let bytes = std::fs::read(&opus).unwrap();
+    assert!(bytes.starts_with(b"OggS") && bytes.windows(8).any(|w| w == b"OpusHead"));
+
+    // Standard output: the stream, here as flac; the same samples.
+    let out = Command::new(env!("CARGO_BIN_EXE_f5"))
+        .args(
+            [
+                &["synth"][..],
+                &TINY[..],
+                &REF[..],
+                &["-t", "Hello world, this is a tiny test.", "--nfe", "2", "--seed", "3", "-q", "-o", "-", "--format", "flac"][..],
+            ]
+            .concat(),
+        )
+        .current_dir(fixtures())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let piped = tmp("formats-piped.flac");
+    std::fs::write(&piped, &out.stdout).unwrap();
+    assert_eq!(decode(&piped), reference, "the stream on stdout is the same audio");
+
+    let (ok, _, err) = run(tmp("formats.aac").to_str().unwrap(), &[]);
+    assert!(!ok);
+    assert!(err.contains(".mp3") && err.contains("--format"), "{err}");
+    let (ok, _, err) = run(mp3.to_str().unwrap(), &["--float"]);
+    assert!(!ok);
+    assert!(err.contains("--float needs .wav"), "{err}");
 }

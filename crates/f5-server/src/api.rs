@@ -10,6 +10,7 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use f5_audio::encode::AudioFormat;
 use f5_synth::store::StoreError;
 use f5_synth::{ModelFiles, SpeakOptions, SynthError, VoiceCache, VoiceRef, VoiceStore, SAMPLE_RATE};
 use serde::de::DeserializeOwned;
@@ -64,7 +65,7 @@ impl AppState {
         &self.config
     }
 
-    fn model_id(&self, index: usize) -> &str {
+    pub(crate) fn model_id(&self, index: usize) -> &str {
         self.model_ids.get(index).map(String::as_str).unwrap_or_default()
     }
 
@@ -141,15 +142,23 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError { status, message: message.into(), retry_after_s: None }
     }
-    fn bad(message: impl Into<String>) -> Self {
+    pub(crate) fn bad(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
+    }
+    /// The queue is full: come back after `retry_after_s`.
+    pub(crate) fn queue_full(retry_after_s: u64) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "the synthesis queue is full; retry later".into(),
+            retry_after_s: Some(retry_after_s),
+        }
     }
     /// A fault of the server's own. The client learns only that it happened: the detail (which
     /// may name files, devices or internals) goes to the server's log.
-    fn internal(detail: impl std::fmt::Display) -> Self {
+    pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
         eprintln!("f5 serve: internal error: {detail}");
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error; the server log has the details")
     }
@@ -645,6 +654,35 @@ struct Knobs {
     lang: Option<String>,
     /// Listen back: split a chunk still misheard after its retries into sentences (default on).
     split_on_fail: Option<bool>,
+    /// wav (the default of /tts), pcm, mp3, opus or flac (`format` is the same).
+    #[serde(alias = "format")]
+    response_format: Option<String>,
+    /// Send each chunk as soon as it is final.
+    stream: Option<bool>,
+    /// With streaming: `audio` (the raw body, the default) or `sse` (OpenAI's events).
+    stream_format: Option<String>,
+    /// Kokoro: answer JSON with the audio (base64) and when each word is spoken.
+    timestamps: Option<bool>,
+}
+
+impl Knobs {
+    /// The output format asked for, else `default`.
+    fn format(&self, default: AudioFormat) -> Result<AudioFormat, ApiError> {
+        match &self.response_format {
+            None => Ok(default),
+            Some(name) => AudioFormat::from_name(name).map_err(|e| ApiError::bad(e.to_string())),
+        }
+    }
+
+    /// How to stream, when streaming was asked for (`stream: true`, or any `stream_format`).
+    fn streaming(&self) -> Result<Option<crate::stream::Framing>, ApiError> {
+        match (&self.stream_format, self.stream) {
+            (Some(f), Some(false)) => Err(ApiError::bad(format!("stream_format {f:?} needs \"stream\": true (or leave stream out)"))),
+            (Some(f), _) => crate::stream::Framing::from_name(f).map(Some),
+            (None, Some(true)) => Ok(Some(crate::stream::Framing::Audio)),
+            (None, _) => Ok(None),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -680,6 +718,10 @@ struct SpeechRequest {
     voice: String,
     response_format: Option<String>,
     speed: Option<f64>,
+    /// `audio` or `sse`: stream the answer (OpenAI's streaming formats).
+    stream_format: Option<String>,
+    /// Also accepted here, as on /tts.
+    stream: Option<bool>,
 }
 
 impl Knobs {
@@ -825,23 +867,26 @@ async fn speak(
     admission: Admission,
 ) -> Result<JobOutput, ApiError> {
     let deadline = std::time::Instant::now() + state.config.job_timeout;
-    let spec = JobSpec { model, voice, text, options, deadline };
-    let rx = state.engine.submit(spec, admission).map_err(|full| ApiError {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        message: "the synthesis queue is full; retry later".into(),
-        retry_after_s: Some(full.retry_after_s),
-    })?;
+    let spec = JobSpec { model, voice, text, options, deadline, stream: None };
+    let rx = state.engine.submit(spec, admission).map_err(|full| ApiError::queue_full(full.retry_after_s))?;
     match rx.await {
         Ok(Ok(out)) => Ok(out),
-        Ok(Err(JobError::Rejected(m))) => Err(ApiError::bad(m)),
-        Ok(Err(JobError::Failed(m))) => Err(ApiError::internal(m)),
-        Ok(Err(JobError::TimedOut)) => Err(ApiError::new(
+        Ok(Err(e)) => Err(job_error(state, e)),
+        Err(_) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping")),
+    }
+}
+
+/// The answer for a job that did not produce audio.
+pub(crate) fn job_error(state: &AppState, e: JobError) -> ApiError {
+    match e {
+        JobError::Rejected(m) => ApiError::bad(m),
+        JobError::Failed(m) => ApiError::internal(m),
+        JobError::TimedOut => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("the job ran past this server's limit of {} s; send less text or fewer steps", state.config.job_timeout.as_secs()),
-        )),
+        ),
         // Only sent when the client is gone; nobody reads this.
-        Ok(Err(JobError::Cancelled)) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the job was cancelled")),
-        Err(_) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping")),
+        JobError::Cancelled => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the job was cancelled"),
     }
 }
 
@@ -849,10 +894,6 @@ async fn speak(
 fn limited(mut wave: Vec<f64>) -> Vec<f64> {
     f5_audio::level::limit_peak_f64(&mut wave, 1.0);
     wave
-}
-
-fn wav_bytes(wave: &[f64]) -> Result<Vec<u8>, ApiError> {
-    f5_audio::output::encode_wav_pcm16(wave, SAMPLE_RATE).map_err(ApiError::internal)
 }
 
 /// Headers that say what the server did: the seeds (to reproduce the answer), the lengths,
@@ -909,14 +950,44 @@ async fn tts(State(state): State<Shared>, JsonBody(req): JsonBody<TtsRequest>) -
     state.requests.fetch_add(1, Ordering::SeqCst);
     check_text(&state, &req.text)?;
     let model = state.model_index(req.knobs.model.as_deref())?;
-    let options = req.knobs.options(&state)?;
+    let mut options = req.knobs.options(&state)?;
+    let format = req.knobs.format(AudioFormat::Wav)?;
+    let streaming = req.knobs.streaming()?;
+    let timestamps = req.knobs.timestamps.unwrap_or(false);
+    if timestamps && streaming.is_some() {
+        return Err(ApiError::bad("timestamps come with the whole answer: leave out stream or timestamps"));
+    }
+    options.word_timestamps = timestamps;
     let voice = load_voice(&state, model, &req.voice).await?;
     let (total, longest) = planned_seconds(&state, model, &voice, &req.text, options.speed);
     check_planned(&state, total, longest)?;
+    if let Some(framing) = streaming {
+        return crate::stream::stream(&state, voice, model, req.text, options, format, framing).await;
+    }
     let out = speak(&state, voice, model, req.text, options, Admission::New).await?;
     let wave = limited(out.audio.samples.iter().map(|&x| x as f64).collect());
-    let body = wav_bytes(&wave)?;
-    Ok(audio_response(&state, body, "audio/wav", &[out.audio.seed], &[&out], out.audio.seconds()))
+    let body = encoded(format, &wave)?;
+    if timestamps {
+        // Kokoro-FastAPI's captioned speech: the audio in base64 and the words' times.
+        use base64::Engine as _;
+        let words: Vec<_> = out.audio.words.iter().map(|w| json!({ "word": w.word, "start_time": w.start, "end_time": w.end })).collect();
+        let answer = json!({
+            "audio": base64::engine::general_purpose::STANDARD.encode(&body),
+            "audio_format": format.name(),
+            "timestamps": words,
+            "seed": out.audio.seed,
+        });
+        let mut resp = audio_response(&state, Vec::new(), format.mime_type(), &[out.audio.seed], &[&out], out.audio.seconds());
+        *resp.body_mut() = axum::body::Body::from(answer.to_string());
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        return Ok(resp);
+    }
+    Ok(audio_response(&state, body, format.mime_type(), &[out.audio.seed], &[&out], out.audio.seconds()))
+}
+
+/// The whole answer in `format` (16-bit samples by the one conversion rule; the length exact).
+fn encoded(format: AudioFormat, wave: &[f64]) -> Result<Vec<u8>, ApiError> {
+    f5_audio::encode::encode_whole_f64(format, wave, SAMPLE_RATE, 1).map_err(ApiError::internal)
 }
 
 /// `POST /dialogue`: each line is its own job, answered in turn, so other clients' requests
@@ -961,6 +1032,22 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
     }
     check_planned(&state, total, longest)?;
     let fixed_gap = req.pause.map(|p| (p * SAMPLE_RATE as f64).round() as usize);
+    let format = req.knobs.format(AudioFormat::Wav)?;
+    if let Some(framing) = req.knobs.streaming()? {
+        let lines = req
+            .lines
+            .into_iter()
+            .zip(voices)
+            .enumerate()
+            .map(|(i, (line, voice))| {
+                let mut line_options = options.clone();
+                line_options.seed = line.seed.or(options.seed.map(|s| s.wrapping_add(i as u64)));
+                let gap_after = fixed_gap.unwrap_or_else(|| f5_synth::trailing_pause_ms(&line.text) as usize * SAMPLE_RATE as usize / 1000);
+                crate::stream::Line { voice, text: line.text, options: line_options, gap_after }
+            })
+            .collect();
+        return crate::stream::stream_dialogue(&state, model, lines, format, framing).await;
+    }
     let mut wave = Vec::new();
     let mut previous_gap = 0usize;
     let mut outputs = Vec::with_capacity(req.lines.len());
@@ -980,10 +1067,10 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
         outputs.push(out);
     }
     let seconds = wave.len() as f64 / SAMPLE_RATE as f64;
-    let body = wav_bytes(&limited(wave))?;
+    let body = encoded(format, &limited(wave))?;
     let seeds: Vec<u64> = outputs.iter().map(|o| o.audio.seed).collect();
     let refs: Vec<&JobOutput> = outputs.iter().collect();
-    Ok(audio_response(&state, body, "audio/wav", &seeds, &refs, seconds))
+    Ok(audio_response(&state, body, format.mime_type(), &seeds, &refs, seconds))
 }
 
 /// `POST /v1/audio/speech`, as OpenAI's API takes it. OpenAI's model names stand for this
@@ -992,13 +1079,16 @@ async fn dialogue(State(state): State<Shared>, JsonBody(req): JsonBody<DialogueR
 async fn openai_speech(State(state): State<Shared>, JsonBody(req): JsonBody<SpeechRequest>) -> Result<Response, ApiError> {
     state.requests.fetch_add(1, Ordering::SeqCst);
     let model = state.model_index(Some(&req.model))?;
-    let format = req.response_format.as_deref().unwrap_or("wav");
-    if !matches!(format, "wav" | "pcm") {
-        return Err(ApiError::bad(format!(
-            "response_format {:?} is not supported: use wav or pcm",
-            format.chars().take(16).collect::<String>()
-        )));
-    }
+    // OpenAI's default is mp3.
+    let format = match &req.response_format {
+        None => AudioFormat::Mp3,
+        Some(name) => AudioFormat::from_name(name).map_err(|e| ApiError::bad(e.to_string()))?,
+    };
+    let streaming = match (&req.stream_format, req.stream) {
+        (Some(f), _) => Some(crate::stream::Framing::from_name(f)?),
+        (None, Some(true)) => Some(crate::stream::Framing::Audio),
+        (None, _) => None,
+    };
     let speed = check_speed(req.speed.unwrap_or(1.0))?;
     check_text(&state, &req.input)?;
     let mut options = SpeakOptions::default();
@@ -1006,14 +1096,11 @@ async fn openai_speech(State(state): State<Shared>, JsonBody(req): JsonBody<Spee
     let voice = load_voice(&state, model, &req.voice).await?;
     let (total, longest) = planned_seconds(&state, model, &voice, &req.input, speed);
     check_planned(&state, total, longest)?;
+    if let Some(framing) = streaming {
+        return crate::stream::stream(&state, voice, model, req.input, options, format, framing).await;
+    }
     let out = speak(&state, voice, model, req.input, options, Admission::New).await?;
     let wave = limited(out.audio.samples.iter().map(|&x| x as f64).collect());
-    let seconds = out.audio.seconds();
-    if format == "pcm" {
-        // OpenAI's pcm: raw 24 kHz mono signed 16-bit little-endian.
-        let body: Vec<u8> = wave.iter().flat_map(|&x| f5_audio::output::f64_to_pcm16(x).to_le_bytes()).collect();
-        return Ok(audio_response(&state, body, "audio/pcm", &[out.audio.seed], &[&out], seconds));
-    }
-    let body = wav_bytes(&wave)?;
-    Ok(audio_response(&state, body, "audio/wav", &[out.audio.seed], &[&out], seconds))
+    let body = encoded(format, &wave)?;
+    Ok(audio_response(&state, body, format.mime_type(), &[out.audio.seed], &[&out], out.audio.seconds()))
 }

@@ -21,6 +21,9 @@ pub(crate) struct JobSpec {
     pub options: SpeakOptions,
     /// When the job must be done by; past it the job stops at the next step boundary.
     pub deadline: Instant,
+    /// A streamed job hands its samples here as each chunk is final, instead of keeping them;
+    /// a closed receiver (the client went away) stops the job at that chunk boundary.
+    pub stream: Option<tokio::sync::mpsc::Sender<Vec<f32>>>,
 }
 
 /// A finished job.
@@ -357,8 +360,21 @@ fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, job: &Job, stats: &
         }
     };
     // A panic inside the engine must not take the model thread (and every later request) with it.
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        f5_synth::speak_to_memory(&**model, &spec.voice, &spec.text, &spec.options, &mut check)
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &spec.stream {
+        None => f5_synth::speak_to_memory(&**model, &spec.voice, &spec.text, &spec.options, &mut check),
+        Some(blocks) => {
+            let mut sink = |block: &[f64]| {
+                // As f32, the precision of a whole answer's samples, so a stream and a whole
+                // answer round to the same 16-bit values.
+                if !block.is_empty() && blocks.blocking_send(block.iter().map(|&x| x as f32).collect()).is_err() {
+                    std::panic::resume_unwind(Box::new(Stop::ClientGone));
+                }
+            };
+            let spoken = model.speak(&spec.voice, &spec.text, &spec.options, &mut check, &mut sink)?;
+            // The samples went to the client; the report stays.
+            let score = spoken.chunks.iter().map(|c| &c.score).collect();
+            Ok(Audio { seed: spoken.seed, score, chunks: spoken.chunks, words: spoken.words, ..Audio::default() })
+        }
     }));
     // With a transcriber the synthesizer listens to each chunk itself (the listen-back gate);
     // the score travels back in `Audio::score`.

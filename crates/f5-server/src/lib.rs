@@ -20,6 +20,7 @@
 mod api;
 mod conn;
 mod engine;
+mod stream;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -20,8 +20,8 @@ pub use open::{open_engine, DeviceOptions, KokoroVoices, ModelFiles, VoiceFetche
 pub use f5_verify::{ChunkScore, GateStatus, TotalScore};
 pub use store::{valid_id, VoiceEntry, VoiceStore};
 pub use synth::{
-    remove_long_silences, trailing_pause_ms, Audio, ChunkReport, CrossFader, ListenBack, Progress, SplitReport, SynthOptions, Synthesizer,
-    SAMPLE_RATE,
+    random_seed, remove_long_silences, trailing_pause_ms, Audio, ChunkReport, CrossFader, ListenBack, Progress, SplitReport, SynthOptions,
+    Synthesizer, SAMPLE_RATE,
 };
 pub use voice::{fix_transcript, Voice, VoiceCache, MIN_REFERENCE_SECONDS};
 

@@ -459,7 +459,7 @@ pub(crate) fn retry_seed(seed: u64, chunk: usize, attempt: u32) -> u64 {
 
 /// A seed when none was asked for: time and process id, mixed. Reported with the result so any
 /// output can be reproduced.
-pub(crate) fn random_seed() -> u64 {
+pub fn random_seed() -> u64 {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let mut x = t ^ (std::process::id() as u64).rotate_left(32);
     // splitmix64 finaliser
