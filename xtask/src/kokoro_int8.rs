@@ -146,10 +146,10 @@ fn f32_sha256(data: &[f32]) -> String {
 }
 
 /// Fails listing every tensor whose hash differs (the first few by name).
-fn check_hashes<'a>(what: &str, mismatches: impl Iterator<Item = &'a str>) -> Result<()> {
-    let names: Vec<&str> = mismatches.collect();
+fn check_hashes(what: &str, mismatches: impl Iterator<Item = String>) -> Result<()> {
+    let names: Vec<String> = mismatches.collect();
     if !names.is_empty() {
-        let shown = names.iter().take(8).copied().collect::<Vec<_>>().join(", ");
+        let shown = names.iter().take(8).cloned().collect::<Vec<_>>().join(", ");
         bail!(
             "kokoro-int8: {} {what} differ from the reference conversion ({MANIFEST}): {shown}{}",
             names.len(),
@@ -182,7 +182,7 @@ fn convert(root: &Path, opts: &Opts, shared: &Path, manifest: &Manifest) -> Resu
             .zip(&hashes)
             .zip(&manifest.tensor_sha256)
             .filter(|((_, got), want)| got != want)
-            .map(|((slot, _), _)| slot.key.as_str()),
+            .map(|((slot, _), _)| format!("{}.{}", slot.module, slot.key)),
     )?;
     let t_convert = t0.elapsed() - t_fetch;
 
@@ -215,7 +215,7 @@ fn convert(root: &Path, opts: &Opts, shared: &Path, manifest: &Manifest) -> Resu
         }
         let pack: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         if &f32_sha256(&pack) != want {
-            bad_voices.push(name.as_str());
+            bad_voices.push(name.clone());
         }
         save_tensor(opts.out.join("voices").join(format!("{name}.pt")), F32Tensor::new([VOICE_ROWS, 1, STYLE_DIM], &pack))?;
     }
@@ -260,7 +260,7 @@ fn verify(out: &Path, manifest: &Manifest) -> Result<()> {
         let name = format!("{}.{}", slot.module, slot.key);
         let info = ckpt.meta(&name)?;
         if info.shape() != &slot.shape[..] || &f32_sha256(&ckpt.read_f32(&name)?) != want {
-            bad.push(slot.key.as_str());
+            bad.push(name);
         }
     }
     check_hashes("tensors in the written checkpoint", bad.into_iter())?;
@@ -269,7 +269,7 @@ fn verify(out: &Path, manifest: &Manifest) -> Result<()> {
         let pack = Checkpoint::open(out.join("voices").join(format!("{name}.pt")))?;
         let first = pack.names().next().map(str::to_string).with_context(|| format!("voices/{name}.pt holds no tensor"))?;
         if pack.meta(&first)?.shape() != [VOICE_ROWS, 1, STYLE_DIM] || &f32_sha256(&pack.read_f32(&first)?) != want {
-            bad.push(name.as_str());
+            bad.push(name.clone());
         }
     }
     check_hashes("voices in the written files", bad.into_iter())?;

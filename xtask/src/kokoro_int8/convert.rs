@@ -450,4 +450,43 @@ mod tests {
         assert_ne!(sequential, pairwise_sum(&a));
         assert_eq!(pairwise_sum(&[0.5; 7]), 3.5);
     }
+
+    fn slot(module: &str, key: &str, shape: &[usize]) -> Slot {
+        Slot { module: module.into(), key: key.into(), shape: shape.to_vec() }
+    }
+
+    /// Weight norm split as the reference does (g = |W| per output slice, an all-zero slice
+    /// g = 0 and v = 1), direct tensors copied, the pooler zero-filled, leftovers reported.
+    #[test]
+    fn release_layout_splits_weight_norm_and_fills_the_pooler() {
+        let mut flat = Flat::new();
+        // [2 out, 1 in, 2 k]: slice 0 = (3, 4) → |·| = 5; slice 1 all zero
+        flat.insert("decoder.conv.weight".into(), Array { shape: vec![2, 1, 2], data: vec![3.0, 4.0, 0.0, 0.0] });
+        flat.insert("decoder.conv.bias".into(), Array { shape: vec![2], data: vec![0.5, -0.5] });
+        flat.insert("decoder.unused.weight".into(), scalar(1.0));
+        let slots = [
+            slot("decoder", "module.conv.weight_g", &[2, 1, 1]),
+            slot("decoder", "module.conv.weight_v", &[2, 1, 2]),
+            slot("decoder", "module.conv.bias", &[2]),
+            slot("bert", "module.pooler.bias", &[3]),
+        ];
+        let (values, report) = to_release(&flat, &slots).expect("layout");
+        assert_eq!(values[0].data, vec![5.0, 0.0]);
+        assert_eq!(values[1].data, vec![3.0, 4.0, 1.0, 1.0]);
+        assert_eq!(values[2].data, vec![0.5, -0.5]);
+        assert_eq!(values[3].data, vec![0.0; 3]);
+        assert_eq!((report.direct, report.weight_norm_recomputed), (1, 1));
+        assert_eq!(report.zero_channels.get("decoder.conv.weight").map(String::as_str), Some("1/2"));
+        assert_eq!(report.unused, vec!["decoder.unused.weight".to_string()]);
+    }
+
+    #[test]
+    fn a_missing_or_misshapen_tensor_is_named() {
+        let mut flat = Flat::new();
+        flat.insert("decoder.conv.bias".into(), Array { shape: vec![2], data: vec![0.5, -0.5] });
+        let err = to_release(&flat, &[slot("decoder", "module.other.bias", &[2])]).err().expect("missing");
+        assert!(err.to_string().contains("decoder.other.bias"), "{err}");
+        let err = to_release(&flat, &[slot("decoder", "module.conv.bias", &[3])]).err().expect("misshapen");
+        assert!(err.to_string().contains("decoder.conv.bias") && err.to_string().contains("[3]"), "{err}");
+    }
 }
