@@ -211,9 +211,8 @@ fn int8_weights_give_the_reference_kmodels_audio() {
     let golden_phonemes = index["phonemes"].as_str().expect("phonemes");
     let speed = index["speed"].as_f64().expect("speed") as f32;
     let seed = index["seed"].as_u64().expect("seed");
-    // the golden's phonemes are f5-g2p's: the front end has not drifted from them
-    let g2p = f5_g2p::G2p::english(false, None).expect("English front end");
-    assert_eq!(phonemes(&g2p, index["sentence"].as_str().expect("sentence")), golden_phonemes);
+    // the model's input as committed (f5-g2p's phonemes when the goldens were made), so a
+    // change in the front end cannot move this comparison
     let model = Kokoro::open(dir.join("kokoro-v1_0.pth"), CpuBackend::new()).unwrap_or_else(|e| panic!("{e}"));
     for case in index["cases"].as_array().expect("cases") {
         let voice_name = case["voice"].as_str().expect("voice");
