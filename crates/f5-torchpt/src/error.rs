@@ -44,6 +44,9 @@ pub enum Error {
     /// A tensor whose description is inconsistent with its data, or that cannot be read as asked.
     #[error("{}: tensor `{tensor}`: {detail}", .path.display())]
     Tensor { path: PathBuf, tensor: String, detail: String },
+    /// A checkpoint could not be written (inconsistent input or a failed record).
+    #[error("{}: cannot write: {detail}", .path.display())]
+    Write { path: PathBuf, detail: String },
     /// No tensor of that name.
     #[error("{}: no tensor named `{tensor}`", .path.display())]
     NotFound { path: PathBuf, tensor: String },

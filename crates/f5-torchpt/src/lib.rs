@@ -52,6 +52,7 @@ mod pickle;
 mod st;
 mod tensor;
 mod torch;
+mod write;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -61,6 +62,7 @@ use std::path::{Path, PathBuf};
 pub use error::{Error, Result};
 pub use pickle::{PickleError, PickleErrorKind};
 pub use tensor::{DType, Scalar, TensorInfo};
+pub use write::{save, save_state_dicts, save_tensor, F32Tensor, SaveValue};
 
 /// The container a checkpoint was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
