@@ -1,4 +1,4 @@
-//! `cargo xtask fuzz [TARGET] [--seconds N] [--asan]`: runs the libFuzzer targets in `fuzz/`
+//! `cargo xtask fuzz [TARGET] [--seconds N] [--asan] [--keep-going]`: runs the libFuzzer targets in `fuzz/`
 //! (cargo-fuzz, nightly) one after another for a bounded time each.
 //!
 //! New inputs go to `fuzz/corpus/TARGET` (ignored by git); the committed seeds in
@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-const USAGE: &str = "usage: cargo xtask fuzz [TARGET] [--seconds N (default 60 per target)] [--asan] [--list]";
+const USAGE: &str = "usage: cargo xtask fuzz [TARGET] [--seconds N (default 60 per target)] [--asan] [--keep-going] [--list]";
 
 /// The targets, from the file names under `fuzz/fuzz_targets/`.
 fn targets(root: &Path) -> Result<Vec<String>> {
@@ -43,11 +43,15 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut chosen = Vec::new();
     let mut seconds = 60u64;
     let mut asan = false;
+    let mut keep_going = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--seconds" => seconds = it.next().context("--seconds needs a number")?.parse().context("--seconds")?,
             "--asan" => asan = true,
+            // libFuzzer's fork mode: a crash is saved and the run goes on, so a known crash (in a
+            // dependency, say) does not stop the search for others behind it.
+            "--keep-going" => keep_going = true,
             "--list" => {
                 println!("{}", all.join("\n"));
                 return Ok(());
@@ -84,6 +88,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 "-rss_limit_mb=2048".to_string(),
                 "-print_final_stats=1".to_string(),
             ])
+            .args(if keep_going { &["-fork=1", "-ignore_crashes=1"][..] } else { &[] })
             .stderr(Stdio::piped())
             .spawn()
             .context("cannot run cargo +nightly fuzz")?;

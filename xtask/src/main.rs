@@ -51,7 +51,7 @@ commands:
   bench serve [--clients N] [--requests N | --seconds S] [--burst N] [--queue N] [--no-write]
                                 load on `f5 serve` with the tiny fixture model: throughput, latency
                                 percentiles, 503s with Retry-After, errors, server peak RSS
-  fuzz [TARGET] [--seconds N] [--asan] [--list]
+  fuzz [TARGET] [--seconds N] [--asan] [--keep-going] [--list]
                                 run the cargo-fuzz targets in fuzz/ (needs nightly and cargo-fuzz)
 ";
 

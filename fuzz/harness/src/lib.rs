@@ -20,9 +20,12 @@ use f5_g2p::{G2p, MAX_PHONEMES};
 use f5_kokoro::voice::{parse_voice_mix, VoicePack};
 use f5_torchpt::Checkpoint;
 
-/// Every target: its name (the file name under `fuzz/fuzz_targets/` and the corpus folder under
-/// `fuzz/corpus/`) and the function it runs.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+/// What a target does with one input.
+pub type Harness = fn(&[u8]);
+
+/// Every target: its name (the file name under `fuzz/fuzz_targets/` and the seed folder under
+/// `fuzz/seeds/`) and the function it runs.
+pub const TARGETS: &[(&str, Harness)] = &[
     ("torch_checkpoint", torch_checkpoint),
     ("torch_pickle", torch_pickle),
     ("safetensors_header", safetensors_header),
