@@ -6,10 +6,14 @@
 //! - `pinyin-table`: regenerate f5-text's compressed pinyin table from pypinyin.
 //! - `bench kit|dit|vocos|text|synth|kokoro …`: ours vs the reference in the same run, written into
 //!   `docs/benchmarks.md`.
+//! - `bench serve …`: a load run of `f5 serve` on the tiny fixture model (`bench_serve`).
+//! - `fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets in `fuzz/` (nightly).
 
 mod bench;
 mod bench_kokoro;
+mod bench_serve;
 mod bench_synth;
+mod fuzz;
 mod kokoro_int8;
 mod machine;
 
@@ -48,6 +52,11 @@ commands:
                                 Kokoro's forward and its new ops vs kokoro 0.9.4 / PyTorch
                                 whole `f5 synth` vs the reference's infer_process, fresh processes,
                                 wall time, RTF, first sample, peak RSS (median of the runs)
+  bench serve [--clients N] [--requests N | --seconds S] [--burst N] [--queue N] [--no-write]
+                                load on `f5 serve` with the tiny fixture model: throughput, latency
+                                percentiles, 503s with Retry-After, errors, server peak RSS
+  fuzz [TARGET] [--seconds N] [--asan] [--keep-going] [--list]
+                                run the cargo-fuzz targets in fuzz/ (needs nightly and cargo-fuzz)
 ";
 
 fn main() -> Result<()> {
@@ -55,7 +64,9 @@ fn main() -> Result<()> {
     let root = repo_root()?;
     match args.first().map(String::as_str) {
         Some("fixtures") => fixtures(&root, &args[1..]),
+        Some("bench") if args.get(1).is_some_and(|a| a == "serve") => bench_serve::run(&root, &args[2..]),
         Some("bench") => bench::run(&root, &args[1..]),
+        Some("fuzz") => fuzz::run(&root, &args[1..]),
         Some("kokoro-int8") => kokoro_int8::run(&root, &args[1..]),
         Some("pinyin-table") => run_python(&root, &["crates/f5-text/tools/gen_pinyin_table.py", "--out-dir", "crates/f5-text/data"]),
         Some("help") | Some("--help") | Some("-h") | None => {

@@ -100,7 +100,9 @@ impl std::fmt::Display for Reference {
         if !self.path.is_empty() {
             write!(f, "/{}", self.path)?;
         }
-        if self.revision != DEFAULT_REVISION {
+        // `parse` takes the revision after the last `@`, so a path holding an `@` reads back
+        // only with its revision written out, even the default one.
+        if self.revision != DEFAULT_REVISION || self.path.contains('@') {
             write!(f, "@{}", self.revision)?;
         }
         Ok(())
@@ -231,6 +233,18 @@ mod tests {
         for bad in ["a/../../b", "../x", "a/b/../c", "a/b/c/", "a//b", "a/b@", "a/b@x/../y", "-a/b/c", "a--x/b/c", "a/b/c\\d", "a"] {
             assert!(Reference::parse(bad).is_err(), "{bad} should be refused");
         }
+    }
+
+    /// Found by the `hub_reference` fuzz target: a path with an `@` printed without its
+    /// default revision, and the printed name read back as another file at another revision.
+    #[test]
+    fn a_reference_prints_as_a_name_that_reads_back_to_it() {
+        let r = Reference::parse("o/r/a@b.pt@main").unwrap();
+        assert_eq!((r.path.as_str(), r.revision.as_str()), ("a@b.pt", "main"));
+        assert_eq!(r.to_string(), "o/r/a@b.pt@main");
+        assert_eq!(Reference::parse(&r.to_string()).unwrap(), r);
+        // Without an `@` in the path the default revision stays implicit.
+        assert_eq!(Reference::parse("o/r/a.pt@main").unwrap().to_string(), "o/r/a.pt");
     }
 
     #[test]

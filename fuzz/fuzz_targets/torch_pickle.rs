@@ -1,0 +1,3 @@
+#![no_main]
+// What this target does with its bytes: f5_fuzz_harness::torch_pickle (also replayed by the stable tests).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| f5_fuzz_harness::torch_pickle(data));
