@@ -138,6 +138,7 @@ pub fn decode_bytes_limited(bytes: &[u8], what: &str, extension: Option<&str>, l
     if bytes.is_empty() {
         return Err(AudioError::EmptyInput { what: what.to_string() });
     }
+    check_embedded_waves(bytes, what)?;
     let decoded = if is_riff_wave(bytes) && !is_streamed_wave(bytes) {
         match decode_wav_hound(bytes, what, Some(limit)) {
             Ok(d) => d,
@@ -180,6 +181,48 @@ fn is_riff_wave(bytes: &[u8]) -> bool {
     bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE"
 }
 
+/// Refuses input holding a WAV header whose `fmt ` chunk declares a channel count no decoder here
+/// accepts, before any decoder reads it: symphonia's RIFF reader multiplies the channel count by
+/// the sample size in 16 bits and overflows (a panic in checked builds) at 16384 channels or
+/// more — an input the fuzzer found. symphonia's probe looks for a format's marker anywhere near
+/// the start (that input is an MP3 tag with a RIFF header further in), so every `RIFF….WAVE` in
+/// the bytes is checked.
+fn check_embedded_waves(bytes: &[u8], what: &str) -> Result<()> {
+    let mut from = 0;
+    while let Some(found) = bytes[from..].windows(4).position(|w| w == b"RIFF") {
+        let at = from + found;
+        if bytes.get(at + 8..at + 12) == Some(&b"WAVE"[..]) {
+            check_wave_channels(&bytes[at..], what)?;
+        }
+        from = at + 4;
+    }
+    Ok(())
+}
+
+/// The channel count of one WAV's `fmt ` chunk (see [`check_embedded_waves`]). Only the chunk
+/// headers are walked, each bounded by the input.
+fn check_wave_channels(bytes: &[u8], what: &str) -> Result<()> {
+    let mut at = 12usize;
+    while let Some(header) = bytes.get(at..at + 8) {
+        let size = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        if &header[0..4] == b"fmt " {
+            if let Some(ch) = bytes.get(at + 10..at + 12) {
+                let channels = u16::from_le_bytes([ch[0], ch[1]]) as u32;
+                if channels == 0 || channels > MAX_CHANNELS {
+                    return Err(AudioError::BadChannelCount { what: what.to_string(), channels, max: MAX_CHANNELS });
+                }
+            }
+            return Ok(());
+        }
+        // Chunks are padded to an even size.
+        at = match at.checked_add(8).and_then(|a| a.checked_add(size)).and_then(|a| a.checked_add(size & 1)) {
+            Some(next) => next,
+            None => return Ok(()),
+        };
+    }
+    Ok(())
+}
+
 /// A WAV written as a stream (ffmpeg to a pipe, streaming TTS servers, [`crate::encode`]) states
 /// its RIFF size as 0xFFFFFFFF, "until the end". hound takes the sizes literally and refuses the
 /// file; symphonia reads such files to their end.
@@ -192,6 +235,7 @@ pub fn decode_bytes(bytes: &[u8], what: &str, extension: Option<&str>) -> Result
     if bytes.is_empty() {
         return Err(AudioError::EmptyInput { what: what.to_string() });
     }
+    check_embedded_waves(bytes, what)?;
     let decoded = if is_riff_wave(bytes) && !is_streamed_wave(bytes) {
         match decode_wav_hound(bytes, what, None) {
             Ok(d) => d.audio,

@@ -413,3 +413,18 @@ mod limited_decode_fuzz {
         }
     }
 }
+
+/// A fuzzer-found input (an MP3 tag with a WAV header further in, which symphonia's probe finds)
+/// whose `fmt ` chunk declares 16384+ channels made symphonia's RIFF reader overflow a 16-bit
+/// product (a panic in checked builds). It is refused, naming the count, before any decoder
+/// reads it.
+#[test]
+fn a_wav_declaring_absurd_channel_counts_is_refused_before_decoding() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/audio_decode/symphonia-riff-fmt-block-align-overflow");
+    let bytes = std::fs::read(&path).expect("the fuzz seed");
+    match f5_audio::decode::decode_bytes(&bytes, "fuzzed", Some("wav")) {
+        Err(f5_audio::AudioError::BadChannelCount { channels, .. }) => assert!(channels > 64),
+        other => panic!("expected a channel-count refusal, got {other:?}"),
+    }
+}

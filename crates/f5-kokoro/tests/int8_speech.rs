@@ -19,15 +19,16 @@
 //! same per-token durations exactly and the audio within a relative L2 of 1e-2 (measured 4.7e-3;
 //! why not 1e-4 is at `MAX_AUDIO_REL_L2`), while another seed lies far outside it.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use f5_gpukit::CpuBackend;
 use f5_kokoro::{Kokoro, VoicePack};
 use f5_verify::{score, English, Transcriber, TranscriberConfig};
+
+#[path = "../../f5-verify/tests/asr/harness.rs"]
+mod harness;
+use harness::{start_asr_server, AsrServer};
 
 const SENTENCES: [&str; 3] = [
     "I would like to have a cup of coffee in the morning.",
@@ -61,48 +62,8 @@ fn int8_dir() -> Option<PathBuf> {
 
 /// f5-verify's pocketsphinx server (`tests/asr/server.py`: the whisper.cpp API, resampling to
 /// the model's 16 kHz); killed when the test ends.
-struct AsrServer {
-    child: Child,
-    address: String,
-}
-
-impl Drop for AsrServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_server() -> Result<AsrServer, String> {
-    let python = std::env::var("F5_ASR_PYTHON").map_err(|_| "F5_ASR_PYTHON is not set (a Python with pocketsphinx)".to_string())?;
-    match Command::new(&python).args(["-c", "import pocketsphinx"]).output() {
-        Ok(out) if out.status.success() => {}
-        Ok(_) => return Err(format!("{python} cannot import pocketsphinx")),
-        Err(e) => return Err(format!("cannot run {python}: {e}")),
-    }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../f5-verify/tests/asr/server.py");
-    let mut child = Command::new(&python)
-        .arg(&script)
-        .args(["--port", "0", "--idle-exit", "600"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", script.display()))?;
-    let stdout = child.stdout.take().ok_or("no stdout from the ASR server")?;
-    let (lines, first_line) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = lines.send(line);
-    });
-    let mut server = AsrServer { child, address: String::new() };
-    let line = first_line.recv_timeout(Duration::from_secs(60)).map_err(|_| "the ASR server did not start within 60 s".to_string())?;
-    server.address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .ok_or_else(|| format!("unexpected first line from the ASR server: {line:?}"))?
-        .to_string();
-    Ok(server)
+    start_asr_server(600)
 }
 
 /// A fixed permutation (a 64-bit LCG drives Fisher–Yates): the same scramble on every run.

@@ -11,6 +11,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
+
+#[path = "../../f5-verify/tests/asr/harness.rs"]
+mod asr;
 use serde_json::{json, Value};
 
 const TOKEN: &str = "page-token-7";
@@ -330,4 +333,66 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> (std::process::ExitStatus, 
         std::thread::sleep(Duration::from_millis(100));
     };
     (status, stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default())
+}
+
+/// OpenAI's Python client and the int8-derived Kokoro weights (`cargo xtask kokoro-int8`, in
+/// `F5_KOKORO_INT8`): `with_streaming_response` on `/v1/audio/speech` for two voices and a mix,
+/// five sentences each, heard by pocketsphinx (the server's listen-back check, `F5_ASR_PYTHON`)
+/// with a mean WER ≤ 0.15 (these weights score ~0.08 on such sentences). Skips, saying why,
+/// without the client, the weights or the recogniser; a failure when `F5_KOKORO_REQUIRE_INT8=1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_client_hears_kokoro_speak() {
+    let required = std::env::var("F5_KOKORO_REQUIRE_INT8").is_ok_and(|v| v == "1");
+    let skip = |reason: &str| {
+        assert!(!required, "F5_KOKORO_REQUIRE_INT8=1 but {reason}");
+        eprintln!("SKIPPED (OpenAI client with Kokoro): {reason}");
+    };
+    let Some(python) = std::env::var_os("F5_OPENAI_PYTHON").filter(|p| !p.is_empty()) else {
+        return skip("F5_OPENAI_PYTHON is not set (a Python with `pip install openai`)");
+    };
+    let Some(dir) = std::env::var_os("F5_KOKORO_INT8").map(PathBuf::from).filter(|d| d.join("kokoro-v1_0.pth").is_file()) else {
+        return skip("F5_KOKORO_INT8 does not name the folder `cargo xtask kokoro-int8` writes");
+    };
+    let asr = match asr::start_asr_server(600) {
+        Ok(a) => a,
+        Err(reason) => return skip(&reason),
+    };
+    let files = f5_synth::ModelFiles::Kokoro { checkpoint: dir.clone(), voices: f5_synth::KokoroVoices::in_model_dir(&dir) };
+    let address = asr.address.clone();
+    let s = start_with(
+        move |c| {
+            c.model = files;
+            c.model_id = Some("kokoro".into());
+            c.transcriber = Some(address);
+        },
+        false,
+    )
+    .await;
+    let script = r#"
+import sys, openai
+base_url, voice, text = sys.argv[1:4]
+client = openai.OpenAI(base_url=base_url, api_key="sk-none", max_retries=0, timeout=300)
+with client.audio.speech.with_streaming_response.create(model="tts-1", voice=voice, input=text, response_format="wav") as r:
+    audio = r.read()
+    print(r.headers.get("x-f5-wer"), len(audio), r.headers.get("x-f5-score"))
+"#;
+    let text = "The sun was shining brightly this morning. We walked to the station together. \
+                My brother bought a new red bicycle. Please close the window before you leave. \
+                They will arrive at the airport tomorrow.";
+    let mut wers = Vec::new();
+    for voice in ["am_adam", "af_heart", "af_bella(2)+am_adam"] {
+        let mut cmd = Command::new(&python);
+        cmd.arg("-c").arg(script).arg(s.url("/v1")).arg(voice).arg(text);
+        let (status, stdout, stderr) = tokio::task::spawn_blocking(move || run_bounded(cmd, Duration::from_secs(300))).await.expect("join");
+        assert!(status.success(), "the OpenAI client failed ({status}):\n{stdout}\n{stderr}");
+        eprintln!("{voice}: {}", stdout.trim());
+        let mut fields = stdout.split_whitespace();
+        let wer: f64 = fields.next().and_then(|w| w.parse().ok()).unwrap_or_else(|| panic!("no x-f5-wer in {stdout}"));
+        let bytes: usize = fields.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        assert!(bytes > 24_000 * 2, "seconds of audio, not {bytes} bytes");
+        wers.push(wer);
+    }
+    let mean = wers.iter().sum::<f64>() / wers.len() as f64;
+    assert!(mean <= 0.15, "mean WER {mean}: {wers:?}");
+    s.shutdown().await;
 }

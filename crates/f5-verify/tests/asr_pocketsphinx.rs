@@ -11,14 +11,15 @@
 //! (same synthesis, same decoder), the margins cover version differences of the two tools.
 
 use std::convert::Infallible;
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use f5_verify::{score, English, Gate, Transcribe, Transcriber, TranscriberConfig};
+
+#[path = "asr/harness.rs"]
+mod harness;
+use harness::{start_asr_server, AsrServer};
 
 const MATCHING_MAX_WER: f64 = 0.35;
 const DIFFERENT_MIN_WER: f64 = 0.7;
@@ -31,66 +32,18 @@ const KITCHEN: &str = "She opened the door and walked into the kitchen.";
 const PEOPLE: &str = "There are 21 people in the room.";
 const CHILDREN: &str = "He has 3 children and 2 dogs.";
 
-/// The ASR server process; killed when the test ends.
-struct AsrServer {
-    child: Child,
-    address: String,
-}
-
-impl Drop for AsrServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn skip(reason: &str) {
     eprintln!("SKIPPED (real-ASR test): {reason}");
 }
 
-/// Starts the server, or says why it cannot.
+/// Starts the server (espeak-ng speaks the test's audio, so it must be there too), or says why
+/// it cannot.
 fn start_server() -> Result<AsrServer, String> {
-    let python = std::env::var("F5_ASR_PYTHON").map_err(|_| "F5_ASR_PYTHON is not set (a Python with pocketsphinx)".to_string())?;
-    let import = Command::new(&python).args(["-c", "import pocketsphinx"]).output();
-    match import {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => {
-            return Err(format!(
-                "{python} cannot import pocketsphinx: {}",
-                String::from_utf8_lossy(&out.stderr).trim().lines().last().unwrap_or("")
-            ))
-        }
-        Err(e) => return Err(format!("cannot run {python}: {e}")),
-    }
     match Command::new("espeak-ng").arg("--version").output() {
         Ok(out) if out.status.success() => {}
         _ => return Err("espeak-ng is not installed".into()),
     }
-
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/asr/server.py");
-    let mut child = Command::new(&python)
-        .arg(&script)
-        .args(["--port", "0", "--idle-exit", "120"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", script.display()))?;
-    let stdout = child.stdout.take().ok_or("no stdout from the ASR server")?;
-    let (lines, first_line) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = lines.send(line);
-    });
-    let mut server = AsrServer { child, address: String::new() };
-    // Loading the model takes a second or two; a minute means it is stuck.
-    let line = first_line.recv_timeout(Duration::from_secs(60)).map_err(|_| "the ASR server did not start within 60 s".to_string())?;
-    server.address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .ok_or_else(|| format!("unexpected first line from the ASR server: {line:?}"))?
-        .to_string();
-    Ok(server)
+    start_asr_server(120)
 }
 
 /// Speech for `text` from espeak-ng, as f32 samples and rate.
