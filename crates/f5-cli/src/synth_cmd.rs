@@ -3,6 +3,7 @@
 mod spectrogram;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -49,9 +50,15 @@ pub struct SynthArgs {
     pub file: Option<PathBuf>,
     /// Output file, its format by extension: .wav (16-bit PCM; --float for 32-bit float), .mp3,
     /// .opus (Ogg), .flac, .pcm (raw s16le) or .npy (float32 samples, 24 kHz). `-` writes the
-    /// audio to standard output as it is made (wav unless --format says otherwise).
+    /// audio to standard output as it is made (wav unless --format says otherwise). Without -o,
+    /// on a terminal the file is named after the text (hello-there.wav); piped, the audio goes
+    /// to standard output.
     #[arg(long, short = 'o')]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
+    /// Play the result when it is written, with the first audio player found (paplay, aplay,
+    /// pw-play, ffplay, afplay, play); says which, or why none.
+    #[arg(long)]
+    pub play: bool,
     /// The output format, whatever the file is called: wav, mp3, opus, flac or pcm.
     #[arg(long)]
     pub format: Option<String>,
@@ -239,8 +246,20 @@ pub fn run(args: SynthArgs) -> Result<()> {
     if text.trim().is_empty() {
         bail!("the text to speak is empty");
     }
-    let kind = output_kind(&args)?;
-    let to_stdout = args.output.as_os_str() == "-";
+    let output = match &args.output {
+        Some(o) => o.clone(),
+        None if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
+            let name = name_from_text(&text, args.format.as_deref().unwrap_or("wav"));
+            eprintln!("f5: writing {} (name the file with -o)", name.display());
+            name
+        }
+        None => PathBuf::from("-"),
+    };
+    let kind = output_kind(&args, &output)?;
+    let to_stdout = output.as_os_str() == "-";
+    if args.play && to_stdout {
+        bail!("--play plays a file; with -o - the audio goes to standard output (pipe it to a player)");
+    }
     if let Some(p) = &args.spectrogram {
         check_spectrogram_path(p)?;
     }
@@ -322,10 +341,10 @@ pub fn run(args: SynthArgs) -> Result<()> {
         && !args.remove_silence
         && !multi_voice;
     let rate = engine.info().sample_rate;
-    let tmp = args.output.with_extension(format!("{}.partial", args.output.extension().and_then(|e| e.to_str()).unwrap_or("out")));
+    let tmp = output.with_extension(format!("{}.partial", output.extension().and_then(|e| e.to_str()).unwrap_or("out")));
     // Encoded audio goes through `out`; npy and float wav are written to `tmp` whole.
     let mut out = match kind {
-        OutputKind::Encoded(_) => Some(Destination::open(&args.output, &tmp, to_stdout)?),
+        OutputKind::Encoded(_) => Some(Destination::open(&output, &tmp, to_stdout)?),
         _ => None,
     };
     let (samples_written, seed, chunks, words, note, mel) =
@@ -411,7 +430,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
         dest.close()?;
     }
     if !to_stdout {
-        std::fs::rename(&tmp, &args.output).with_context(|| format!("cannot write {}", args.output.display()))?;
+        std::fs::rename(&tmp, &output).with_context(|| format!("cannot write {}", output.display()))?;
     }
     bar.finish_and_clear();
     let synth_seconds = synth_started.elapsed().as_secs_f64();
@@ -438,14 +457,73 @@ pub fn run(args: SynthArgs) -> Result<()> {
     };
     eprintln!(
         "{}: {secs:.2} s of audio in {synth_seconds:.1} s (RTF {:.2}), {chunk_count} chunk{}, seed {seed}{note}{score}",
-        args.output.display(),
+        output.display(),
         synth_seconds / secs.max(1e-9),
         if chunk_count == 1 { "" } else { "s" },
     );
     // Last, so a failure here costs neither the audio nor the report.
     if let Some(p) = &args.spectrogram {
         spectrogram::write_png(p, &mel, f5_audio::mel::N_MELS)
-            .with_context(|| format!("the audio was written to {}, the spectrogram was not", args.output.display()))?;
+            .with_context(|| format!("the audio was written to {}, the spectrogram was not", output.display()))?;
+    }
+    if args.play {
+        play(&output)?;
+    }
+    Ok(())
+}
+
+/// A file name for the audio of `text`: its first words, lower-case, joined by '-' (at most 40
+/// characters; `speech` when it has none), not overwriting an existing file.
+fn name_from_text(text: &str, extension: &str) -> PathBuf {
+    let mut stem = String::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        let word = word.to_lowercase();
+        if stem.len() + word.len() + 1 > 40 {
+            break;
+        }
+        if !stem.is_empty() {
+            stem.push('-');
+        }
+        stem.push_str(&word);
+    }
+    if stem.is_empty() {
+        stem.push_str("speech");
+    }
+    let mut name = PathBuf::from(format!("{stem}.{extension}"));
+    let mut n = 2;
+    while name.exists() {
+        name = PathBuf::from(format!("{stem}-{n}.{extension}"));
+        n += 1;
+    }
+    name
+}
+
+/// Audio players tried by `--play`, in order, with the arguments that make them play one file
+/// and exit.
+const PLAYERS: [(&str, &[&str]); 6] = [
+    ("paplay", &[]),
+    ("aplay", &["-q"]),
+    ("pw-play", &[]),
+    ("ffplay", &["-nodisp", "-autoexit", "-loglevel", "quiet"]),
+    ("afplay", &[]),
+    ("play", &["-q"]),
+];
+
+/// Plays `file` with the first player on `PATH`, saying which; none found is an error that
+/// lists what was looked for (the audio stays written).
+fn play(file: &Path) -> Result<()> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = PLAYERS
+        .iter()
+        .find_map(|(name, args)| std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file()).map(|p| (*name, p, *args)));
+    let Some((name, program, args)) = found else {
+        let names: Vec<&str> = PLAYERS.iter().map(|(n, _)| *n).collect();
+        bail!("{} is written; --play found no audio player (looked for {})", file.display(), names.join(", "));
+    };
+    eprintln!("f5: playing {} with {name}", file.display());
+    let status = Command::new(&program).args(args).arg(file).status().with_context(|| format!("cannot run {}", program.display()))?;
+    if !status.success() {
+        bail!("{} is written; {name} could not play it ({status})", file.display());
     }
     Ok(())
 }
@@ -462,9 +540,9 @@ enum OutputKind {
 
 /// The output's kind from `--format`, `-o -` or the file's extension; refused before anything
 /// loads when it cannot be written.
-fn output_kind(args: &SynthArgs) -> Result<OutputKind> {
+fn output_kind(args: &SynthArgs, output: &Path) -> Result<OutputKind> {
     use f5_audio::encode::AudioFormat;
-    let to_stdout = args.output.as_os_str() == "-";
+    let to_stdout = output.as_os_str() == "-";
     if let Some(name) = &args.format {
         if args.float {
             bail!("--float writes a 32-bit float wav; it does not combine with --format");
@@ -477,14 +555,14 @@ fn output_kind(args: &SynthArgs) -> Result<OutputKind> {
         }
         return Ok(OutputKind::Encoded(AudioFormat::Wav));
     }
-    let ext = args.output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    let ext = output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     match ext.as_deref() {
         Some("npy") => Ok(OutputKind::Npy),
         Some("wav") if args.float => Ok(OutputKind::FloatWav),
         Some(e) if AudioFormat::from_extension(e).is_ok() && !args.float => Ok(OutputKind::Encoded(AudioFormat::from_extension(e)?)),
         _ => bail!(
             "{}: the output must end in .wav, .mp3, .opus, .flac, .pcm or .npy (or name the format with --format){}",
-            args.output.display(),
+            output.display(),
             if args.float { "; --float needs .wav" } else { "" }
         ),
     }
@@ -668,7 +746,16 @@ fn write_report(
 
 #[cfg(test)]
 mod tests {
-    use super::voice_pieces;
+    use super::{name_from_text, voice_pieces};
+
+    #[test]
+    fn a_file_name_from_the_text() {
+        assert_eq!(name_from_text("Hello there, world!", "wav"), std::path::PathBuf::from("hello-there-world.wav"));
+        assert_eq!(name_from_text("¡Árbol grande! 3 cats", "mp3"), std::path::PathBuf::from("árbol-grande-3-cats.mp3"));
+        assert_eq!(name_from_text("...", "wav"), std::path::PathBuf::from("speech.wav"));
+        let long = name_from_text("one two three four five six seven eight nine ten eleven twelve", "wav");
+        assert!(long.to_str().unwrap().len() <= 44, "{long:?}");
+    }
 
     #[test]
     fn voice_tags_split_like_the_official_cli() {

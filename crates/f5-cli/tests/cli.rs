@@ -607,3 +607,38 @@ fn synth_writes_every_format_and_streams_to_stdout() {
     assert!(!ok);
     assert!(err.contains("--float needs .wav"), "{err}");
 }
+
+/// `--play` plays the written file with the first player on PATH and says which; with none it
+/// says what it looked for (the audio stays). Without -o and not on a terminal, the audio goes
+/// to standard output.
+#[test]
+fn play_uses_the_first_player_found_and_no_output_name_pipes_the_audio() {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = tmp("players");
+    std::fs::create_dir_all(&bin).unwrap();
+    let called = tmp("player-called.txt");
+    let player = bin.join("aplay");
+    std::fs::write(&player, format!("#!/bin/sh\necho \"$@\" > {}\n", called.display())).unwrap();
+    std::fs::set_permissions(&player, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = tmp("played.wav");
+    let synth = |path: &std::path::Path, extra: &[&str]| {
+        let args = [&["synth"][..], &TINY[..], &REF[..], &["-t", "Hi there.", "--nfe", "2", "-q"][..], extra].concat();
+        Command::new(env!("CARGO_BIN_EXE_f5")).args(args).current_dir(fixtures()).env("PATH", path).output().unwrap()
+    };
+    let r = synth(&bin, &["-o", out.to_str().unwrap(), "--play"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(err.contains("with aplay"), "{err}");
+    assert_eq!(std::fs::read_to_string(&called).unwrap().trim(), format!("-q {}", out.display()));
+    let empty = tmp("no-players");
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    let r = synth(&empty, &["-o", out.to_str().unwrap(), "--play"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("found no audio player") && err.contains("aplay"), "{err}");
+    assert!(out.exists(), "the audio is written even when it cannot be played");
+
+    let r = synth(&empty, &[]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(r.stdout.starts_with(b"RIFF"), "no -o and a pipe: the wav on standard output");
+}
