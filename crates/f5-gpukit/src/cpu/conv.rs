@@ -184,34 +184,57 @@ pub fn conv_transpose1d(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: 
                 }
             }
         });
-        with_scratch(n * kc, |cols| {
-            for b in 0..batch {
-                let xb = &x[b * n * c_in..(b + 1) * n * c_in];
-                let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
-                for g in 0..groups {
-                    let spec_g = GemmSpec {
-                        m: n,
-                        n: kc,
-                        k: cin_g,
-                        batch: 1,
-                        a: MatLayout::row_major(c_in).at(g * cin_g),
-                        b: MatLayout::row_major(kc).at(g * cin_g * kc),
-                        c: MatLayout::row_major(kc),
-                        beta: 0.0,
-                    };
-                    gemm_raw(&spec_g, xb, wp, cols, true);
-                    let cols = &*cols;
-                    yb.par_chunks_mut(c_out).enumerate().for_each(|(o, yrow)| {
-                        let dst = &mut yrow[g * cout_g..(g + 1) * cout_g];
-                        for (i, k) in taps(spec, o) {
-                            let src = &cols[i * kc + k * cout_g..i * kc + (k + 1) * cout_g];
-                            super::simd::axpy(1.0, src, dst);
+        let wp = &*wp;
+        // Blocks of output rows, one task each: the task multiplies just the input rows its
+        // block sees (the ⌈kernel/stride⌉ − 1 rows shared with the next block are computed by
+        // both) into a column block in its own cache, then gathers. Each output row still sums
+        // its taps in ascending input order, so the result does not depend on the blocking.
+        let per_input_row = (IM2COL_BLOCK_VALUES / kc.max(1)).max(4);
+        let share = n_out.div_ceil(4 * rayon::current_num_threads().max(1));
+        let rb = (per_input_row * spec.stride).min(share).max(spec.stride);
+        for b in 0..batch {
+            let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+            let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
+            yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
+                let o0 = blk * rb;
+                let rows = yblk.len() / c_out;
+                let Some((lo, hi)) = input_rows(spec, o0, o0 + rows) else { return };
+                let m = hi - lo;
+                with_scratch(m * kc, |cols| {
+                    for g in 0..groups {
+                        let spec_g = GemmSpec {
+                            m,
+                            n: kc,
+                            k: cin_g,
+                            batch: 1,
+                            a: MatLayout::row_major(c_in).at(lo * c_in + g * cin_g),
+                            b: MatLayout::row_major(kc).at(g * cin_g * kc),
+                            c: MatLayout::row_major(kc),
+                            beta: 0.0,
+                        };
+                        gemm_raw(&spec_g, xb, wp, cols, false);
+                        for (r, yrow) in yblk.chunks_mut(c_out).enumerate() {
+                            let dst = &mut yrow[g * cout_g..(g + 1) * cout_g];
+                            for (i, k) in taps(spec, o0 + r) {
+                                let at = (i - lo) * kc + k * cout_g;
+                                super::simd::axpy(1.0, &cols[at..at + cout_g], dst);
+                            }
                         }
-                    });
-                }
-            }
-        });
+                    }
+                });
+            });
+        }
     });
+}
+
+/// The input rows `lo..hi` whose taps land on output rows `o0..o1`, or `None` if none do.
+fn input_rows(spec: &ConvTranspose1dSpec, o0: usize, o1: usize) -> Option<(usize, usize)> {
+    if o1 <= o0 || spec.n == 0 {
+        return None;
+    }
+    let lo = (o0 + spec.pad + 1).saturating_sub(spec.kernel).div_ceil(spec.stride);
+    let hi = ((o1 - 1 + spec.pad) / spec.stride).min(spec.n - 1) + 1;
+    (lo < hi).then_some((lo, hi))
 }
 
 /// The (input row, tap) pairs that land on output row `o`: `i·stride + k − pad = o`.
