@@ -1,7 +1,7 @@
 //! The layers every model is built from, each loading itself from a [`Scope`] and running on
 //! any backend. Activations are channels-last `[batch, n, channels]` (`[rows, features]`).
 
-use f5_gpukit::{Activation, Backend, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, KitError, LstmSpec, StridedRows};
+use f5_gpukit::{Activation, Backend, Conv1dSpec, ConvTranspose1dSpec, Device, GemmSpec, KitError, LstmSpec, StridedRows};
 
 /// What running a layer can fail with: the kit's own errors (layers only compose kit ops).
 type RunResult<T> = f5_gpukit::Result<T>;
@@ -184,8 +184,26 @@ impl<B: Backend> BiLstm<B> {
 
     pub fn apply(&self, kit: &B, x: &B::Buf, batch: usize, n: usize, lengths: &[usize], out: &mut B::Buf) -> RunResult<()> {
         let h = self.hidden();
-        self.forward.apply_into(kit, x, batch, n, lengths, out, StridedRows { offset: 0, row_stride: 2 * h })?;
-        self.backward.apply_into(kit, x, batch, n, lengths, out, StridedRows { offset: h, row_stride: 2 * h })
+        if !matches!(kit.device(), Device::Cpu { threads } if threads != 1) {
+            self.forward.apply_into(kit, x, batch, n, lengths, out, StridedRows { offset: 0, row_stride: 2 * h })?;
+            return self.backward.apply_into(kit, x, batch, n, lengths, out, StridedRows { offset: h, row_stride: 2 * h });
+        }
+        // On a CPU with more than one thread the two recurrences run side by side: each step is
+        // a sequential matrix-vector product too small to split across threads, so the
+        // directions are the parallelism. Each writes its own half-width buffer (both cannot
+        // borrow `out`), interleaved afterwards.
+        let steps = batch.checked_mul(n).ok_or_else(|| KitError::Shape { op: "lstm", detail: format!("{batch}×{n} steps overflow") })?;
+        let mut halves = [kit.alloc(steps.saturating_mul(h))?, kit.alloc(steps.saturating_mul(h))?];
+        let [fwd_out, back_out] = &mut halves;
+        let rows = StridedRows { offset: 0, row_stride: h };
+        let (fwd, back) = std::thread::scope(|scope| {
+            let back = scope.spawn(|| self.backward.apply_into(kit, x, batch, n, lengths, back_out, rows));
+            let fwd = self.forward.apply_into(kit, x, batch, n, lengths, fwd_out, rows);
+            (fwd, back.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        });
+        fwd?;
+        back?;
+        kit.concat_features(&[(&halves[0], h), (&halves[1], h)], steps, out)
     }
 }
 

@@ -2,11 +2,12 @@
 //!
 //! Depthwise convolutions (the ConvNeXt blocks: k=7, one filter per channel) run directly,
 //! vectorised across channels. Grouped and dense ones (F5's position embedding: k=31, 16 groups
-//! of 64; Vocos' input: 100→512, k=7; Kokoro's dilated resblock convs) become one GEMM per
-//! (item, group) over an im2col matrix whose row `t` holds the `kernel` input rows the output row
-//! `t` sees, back to back — so building it is a run of contiguous copies and the GEMM does all
-//! the arithmetic. Transposed convolutions are the mirror image: one GEMM into a column matrix
-//! (every input row times every tap), then each output row gathers the taps that land on it.
+//! of 64; Vocos' input: 100→512, k=7; Kokoro's dilated resblock convs) are a GEMM over an
+//! im2col matrix whose row `t` holds the `kernel` input rows the output row `t` sees, back to
+//! back — so building it is a run of contiguous copies and the GEMM does all the arithmetic —
+//! built and multiplied one cache-sized block of output rows per task. Transposed convolutions
+//! are the mirror image: one GEMM into a column matrix (every input row times every tap), then
+//! each output row gathers the taps that land on it.
 
 use rayon::prelude::*;
 
@@ -67,6 +68,18 @@ fn depthwise(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &
     }
 }
 
+/// The im2col block one task builds and multiplies: about this many values (1 MiB), so the
+/// block stays in the core's L2 cache between being written and being read by the GEMM.
+const IM2COL_BLOCK_VALUES: usize = 256 * 1024;
+
+/// Output rows per task: as many as fit one im2col block, but at least 16 (the GEMM's row
+/// tiles) and few enough that every thread gets about four blocks.
+fn rows_per_block(n_out: usize, kc: usize, threads: usize) -> usize {
+    let fit = (IM2COL_BLOCK_VALUES / kc.max(1)).max(16);
+    let share = n_out.div_ceil(4 * threads.max(1)).max(16);
+    fit.min(share)
+}
+
 fn grouped(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
     let Conv1dSpec { c_in, c_out, kernel, groups, .. } = *spec;
     let n_out = spec.n_out();
@@ -76,13 +89,16 @@ fn grouped(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mu
         return;
     }
     // Weights [c_out, cin_g, K] → per group [K·cin_g, cout_g] in (k, ci) row order, matching
-    // the im2col columns. Both buffers are fully written before they are read.
-    with_scratch(groups * kc * cout_g, |wp| {
-        with_scratch(n_out * kc, |col| grouped_into(spec, x, w, bias, y, wp, col));
-    });
+    // the im2col columns. Fully written before it is read.
+    with_scratch(groups * kc * cout_g, |wp| grouped_into(spec, x, w, bias, y, wp));
 }
 
-fn grouped_into(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], wp: &mut [f32], col: &mut [f32]) {
+/// Blocks of output rows, one task each: the task writes the im2col rows of its block into
+/// its own thread's scratch (still in cache when the GEMM reads them) and runs a one-thread
+/// GEMM per group into its rows of `y`. Compared with one im2col matrix for the whole input
+/// and one pool-wide GEMM, this never holds `n_out × K·c_in` values (hundreds of MB for
+/// Kokoro's generator) and never streams them through memory.
+fn grouped_into(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], wp: &mut [f32]) {
     let Conv1dSpec { batch, n, c_in, c_out, kernel, groups, .. } = *spec;
     let n_out = spec.n_out();
     let (cin_g, cout_g) = (c_in / groups, c_out / groups);
@@ -97,36 +113,43 @@ fn grouped_into(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y
             }
         }
     });
+    let wp = &*wp;
+    let rb = rows_per_block(n_out, kc, rayon::current_num_threads());
     for b in 0..batch {
         let xb = &x[b * n * c_in..(b + 1) * n * c_in];
-        let y_off = b * n_out * c_out;
-        let yb = &mut y[y_off..y_off + n_out * c_out];
-        match bias {
-            Some(bv) => yb.par_chunks_mut(c_out).for_each(|r| r.copy_from_slice(&bv[..c_out])),
-            None => yb.fill(0.0),
-        }
-        for g in 0..groups {
-            col.par_chunks_mut(kc).enumerate().for_each(|(t, crow)| {
-                for k in 0..kernel {
-                    let dst = &mut crow[k * cin_g..(k + 1) * cin_g];
-                    match source_row(spec, t, k) {
-                        Some(s) => dst.copy_from_slice(&xb[s * c_in + g * cin_g..s * c_in + (g + 1) * cin_g]),
-                        None => dst.fill(0.0),
+        let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
+        yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
+            let t0 = blk * rb;
+            let rows = yblk.len() / c_out;
+            match bias {
+                Some(bv) => yblk.chunks_mut(c_out).for_each(|r| r.copy_from_slice(&bv[..c_out])),
+                None => yblk.fill(0.0),
+            }
+            with_scratch(rows * kc, |col| {
+                for g in 0..groups {
+                    for (i, crow) in col.chunks_mut(kc).enumerate() {
+                        for k in 0..kernel {
+                            let dst = &mut crow[k * cin_g..(k + 1) * cin_g];
+                            match source_row(spec, t0 + i, k) {
+                                Some(s) => dst.copy_from_slice(&xb[s * c_in + g * cin_g..s * c_in + (g + 1) * cin_g]),
+                                None => dst.fill(0.0),
+                            }
+                        }
                     }
+                    let spec = GemmSpec {
+                        m: rows,
+                        n: cout_g,
+                        k: kc,
+                        batch: 1,
+                        a: MatLayout::row_major(kc),
+                        b: MatLayout::row_major(cout_g).at(g * kc * cout_g),
+                        c: MatLayout::row_major(c_out).at(g * cout_g),
+                        beta: 1.0,
+                    };
+                    gemm_raw(&spec, col, wp, yblk, false);
                 }
             });
-            let spec = GemmSpec {
-                m: n_out,
-                n: cout_g,
-                k: kc,
-                batch: 1,
-                a: MatLayout::row_major(kc),
-                b: MatLayout::row_major(cout_g).at(g * kc * cout_g),
-                c: MatLayout::row_major(c_out).at(g * cout_g),
-                beta: 1.0,
-            };
-            gemm_raw(&spec, col, wp, yb, true);
-        }
+        });
     }
 }
 
@@ -161,34 +184,57 @@ pub fn conv_transpose1d(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: 
                 }
             }
         });
-        with_scratch(n * kc, |cols| {
-            for b in 0..batch {
-                let xb = &x[b * n * c_in..(b + 1) * n * c_in];
-                let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
-                for g in 0..groups {
-                    let spec_g = GemmSpec {
-                        m: n,
-                        n: kc,
-                        k: cin_g,
-                        batch: 1,
-                        a: MatLayout::row_major(c_in).at(g * cin_g),
-                        b: MatLayout::row_major(kc).at(g * cin_g * kc),
-                        c: MatLayout::row_major(kc),
-                        beta: 0.0,
-                    };
-                    gemm_raw(&spec_g, xb, wp, cols, true);
-                    let cols = &*cols;
-                    yb.par_chunks_mut(c_out).enumerate().for_each(|(o, yrow)| {
-                        let dst = &mut yrow[g * cout_g..(g + 1) * cout_g];
-                        for (i, k) in taps(spec, o) {
-                            let src = &cols[i * kc + k * cout_g..i * kc + (k + 1) * cout_g];
-                            super::simd::axpy(1.0, src, dst);
+        let wp = &*wp;
+        // Blocks of output rows, one task each: the task multiplies just the input rows its
+        // block sees (the ⌈kernel/stride⌉ − 1 rows shared with the next block are computed by
+        // both) into a column block in its own cache, then gathers. Each output row still sums
+        // its taps in ascending input order, so the result does not depend on the blocking.
+        let per_input_row = (IM2COL_BLOCK_VALUES / kc.max(1)).max(4);
+        let share = n_out.div_ceil(4 * rayon::current_num_threads().max(1));
+        let rb = (per_input_row * spec.stride).min(share).max(spec.stride);
+        for b in 0..batch {
+            let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+            let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
+            yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
+                let o0 = blk * rb;
+                let rows = yblk.len() / c_out;
+                let Some((lo, hi)) = input_rows(spec, o0, o0 + rows) else { return };
+                let m = hi - lo;
+                with_scratch(m * kc, |cols| {
+                    for g in 0..groups {
+                        let spec_g = GemmSpec {
+                            m,
+                            n: kc,
+                            k: cin_g,
+                            batch: 1,
+                            a: MatLayout::row_major(c_in).at(lo * c_in + g * cin_g),
+                            b: MatLayout::row_major(kc).at(g * cin_g * kc),
+                            c: MatLayout::row_major(kc),
+                            beta: 0.0,
+                        };
+                        gemm_raw(&spec_g, xb, wp, cols, false);
+                        for (r, yrow) in yblk.chunks_mut(c_out).enumerate() {
+                            let dst = &mut yrow[g * cout_g..(g + 1) * cout_g];
+                            for (i, k) in taps(spec, o0 + r) {
+                                let at = (i - lo) * kc + k * cout_g;
+                                super::simd::axpy(1.0, &cols[at..at + cout_g], dst);
+                            }
                         }
-                    });
-                }
-            }
-        });
+                    }
+                });
+            });
+        }
     });
+}
+
+/// The input rows `lo..hi` whose taps land on output rows `o0..o1`, or `None` if none do.
+fn input_rows(spec: &ConvTranspose1dSpec, o0: usize, o1: usize) -> Option<(usize, usize)> {
+    if o1 <= o0 || spec.n == 0 {
+        return None;
+    }
+    let lo = (o0 + spec.pad + 1).saturating_sub(spec.kernel).div_ceil(spec.stride);
+    let hi = ((o1 - 1 + spec.pad) / spec.stride).min(spec.n - 1) + 1;
+    (lo < hi).then_some((lo, hi))
 }
 
 /// The (input row, tap) pairs that land on output row `o`: `i·stride + k − pad = o`.

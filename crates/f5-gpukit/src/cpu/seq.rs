@@ -7,41 +7,38 @@ use rayon::prelude::*;
 use super::simd;
 use crate::spec::{InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec};
 
-/// Gate rows computed by one task within a step of the recurrence: the step's `4·hidden` dot
-/// products split across the pool (Kokoro: 1024 dots of 256 per step, 512 steps).
-const GATES_PER_TASK: usize = 128;
-
+/// One direction of the LSTM recurrence. Each step is one matrix-vector product
+/// (`W_hh [4H, H]` times `h`, [`simd::gemv_rows_acc`]) and one vectorised cell update, on the
+/// calling thread: at Kokoro's size (H = 256) a step is a few microseconds, less than handing
+/// it to the pool would cost, so parallelism comes from running a BiLSTM's two directions side by
+/// side instead (f5-nn's `BiLstm`). Nothing is allocated per step.
 pub fn lstm(spec: &LstmSpec, lengths: &[usize], gates_x: &[f32], w_hh: &[f32], state0: Option<(&[f32], &[f32])>, out: &mut [f32]) {
     let LstmSpec { batch, n, hidden: h, reverse, out: rows } = *spec;
     if h == 0 || n == 0 {
         return;
     }
     let g4 = 4 * h;
+    let w_hh = &w_hh[..g4 * h];
+    let mut gates = vec![0.0f32; g4];
+    let mut hs = vec![0.0f32; h];
+    let mut cs = vec![0.0f32; h];
     for b in 0..batch {
         let len = lengths[b];
-        let (mut hs, mut cs) = match state0 {
-            Some((h0, c0)) => (h0[b * h..(b + 1) * h].to_vec(), c0[b * h..(b + 1) * h].to_vec()),
-            None => (vec![0.0f32; h], vec![0.0f32; h]),
-        };
-        let mut gates = vec![0.0f32; g4];
+        match state0 {
+            Some((h0, c0)) => {
+                hs.copy_from_slice(&h0[b * h..(b + 1) * h]);
+                cs.copy_from_slice(&c0[b * h..(b + 1) * h]);
+            }
+            None => {
+                hs.fill(0.0);
+                cs.fill(0.0);
+            }
+        }
         for step in 0..len {
             let t = if reverse { len - 1 - step } else { step };
-            let gx = &gates_x[(b * n + t) * g4..(b * n + t + 1) * g4];
-            let hs_ref = &hs;
-            gates.par_chunks_mut(GATES_PER_TASK).enumerate().for_each(|(ci, chunk)| {
-                for (j, g) in chunk.iter_mut().enumerate() {
-                    let row = ci * GATES_PER_TASK + j;
-                    *g = gx[row] + simd::dot(&w_hh[row * h..(row + 1) * h], hs_ref);
-                }
-            });
-            for j in 0..h {
-                let i_g = sigmoid(gates[j]);
-                let f_g = sigmoid(gates[h + j]);
-                let g_g = gates[2 * h + j].tanh();
-                let o_g = sigmoid(gates[3 * h + j]);
-                cs[j] = f_g * cs[j] + i_g * g_g;
-                hs[j] = o_g * cs[j].tanh();
-            }
+            gates.copy_from_slice(&gates_x[(b * n + t) * g4..(b * n + t + 1) * g4]);
+            simd::gemv_rows_acc(w_hh, &hs, &mut gates);
+            simd::lstm_cell(&gates, &mut cs, &mut hs);
             let at = rows.offset + (b * n + t) * rows.row_stride;
             out[at..at + h].copy_from_slice(&hs);
         }
@@ -50,11 +47,6 @@ pub fn lstm(spec: &LstmSpec, lengths: &[usize], gates_x: &[f32], w_hh: &[f32], s
             out[at..at + h].fill(0.0);
         }
     }
-}
-
-#[inline]
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
 }
 
 pub fn instance_norm(spec: &InstanceNormSpec, x: &[f32], affine: Option<(&[f32], &[f32])>, style: Option<&[f32]>, out: &mut [f32]) {
@@ -108,12 +100,10 @@ pub fn snake(x: &mut [f32], c: usize, alpha: &[f32]) {
         return;
     }
     let alpha = &alpha[..c];
+    let inv_alpha: Vec<f32> = alpha.iter().map(|&a| 1.0 / a).collect();
     x.par_chunks_mut(c * 16).for_each(|rows| {
         for row in rows.chunks_mut(c) {
-            for (v, &a) in row.iter_mut().zip(alpha) {
-                let s = (a * *v).sin();
-                *v += (1.0 / a) * (s * s);
-            }
+            simd::snake_row(row, alpha, &inv_alpha);
         }
     });
 }

@@ -116,6 +116,61 @@ pub fn mish(x: f32) -> f32 {
     x * tanh(sp)
 }
 
+/// Past this magnitude `sin_f32`'s two-part reduction by π/2 loses accuracy (`j·PIO2_HI` stops
+/// being exact at |j| ≥ 2^20); callers send such arguments to libm instead.
+pub const SIN_FAST_LIMIT: f32 = 1.0e6;
+
+/// `sin(x)` for f32, through f64: the argument is reduced by π/2 (fdlibm's two-part constant,
+/// exact for |x| < [`SIN_FAST_LIMIT`]) and both polynomials are evaluated in f64 with a
+/// truncation error below 1e-11, so the f32 result is the correctly rounded sine except where
+/// it lies within ~1e-11 of a rounding boundary (then one ulp off, as libm's sinf may be).
+/// Branch-free so that loops over it vectorise (libm's `sinf` does not); NaN and ±∞ give NaN.
+#[inline(always)]
+pub fn sin_f32(x: f32) -> f32 {
+    const TWO_OVER_PI: f64 = std::f64::consts::FRAC_2_PI;
+    // 1.5·2^52: adding it rounds to an integer held in the low mantissa bits (two's complement).
+    const ROUND_MAGIC_F64: f64 = 6_755_399_441_055_744.0;
+    const PIO2_HI: f64 = 1.570_796_326_734_125_6;
+    const PIO2_LO: f64 = 6.077_100_506_506_192e-11;
+    let xd = x as f64;
+    let jm = xd * TWO_OVER_PI + ROUND_MAGIC_F64;
+    let quadrant = jm.to_bits() as u32;
+    let j = jm - ROUND_MAGIC_F64;
+    let r = (xd - j * PIO2_HI) - j * PIO2_LO;
+    let z = r * r;
+    // Taylor series on |r| ≤ π/4: sin to r¹¹ (error ≤ r¹³/13! < 7e-12), cos to r¹² (< 2e-12).
+    let s = r + r * z * (-1.0 / 6.0 + z * (1.0 / 120.0 + z * (-1.0 / 5040.0 + z * (1.0 / 362_880.0 + z * (-1.0 / 39_916_800.0)))));
+    let c = 1.0 - 0.5 * z
+        + z * z * (1.0 / 24.0 + z * (-1.0 / 720.0 + z * (1.0 / 40_320.0 + z * (-1.0 / 3_628_800.0 + z * (1.0 / 479_001_600.0)))));
+    let v = if quadrant & 1 == 0 { s } else { c };
+    let v = if quadrant & 2 == 0 { v } else { -v };
+    v as f32
+}
+
+dispatch! {
+    /// Snake in place on one channels-last row: `x + sin²(α·x)/α`, with `inv_alpha = 1/α`
+    /// computed once by the caller (the same f32 value PyTorch divides by). Vectorised through
+    /// [`sin_f32`]; a row with an argument past [`SIN_FAST_LIMIT`] (or NaN) takes libm's sinf.
+    pub fn snake_row(x: &mut [f32], alpha: &[f32], inv_alpha: &[f32]) {
+        let mut widest = 0.0f32;
+        for (&v, &a) in x.iter().zip(alpha) {
+            let m = (a * v).abs();
+            widest = if m > widest || m.is_nan() { m } else { widest };
+        }
+        if widest < SIN_FAST_LIMIT {
+            for ((v, &a), &ia) in x.iter_mut().zip(alpha).zip(inv_alpha) {
+                let s = sin_f32(a * *v);
+                *v += ia * (s * s);
+            }
+        } else {
+            for ((v, &a), &ia) in x.iter_mut().zip(alpha).zip(inv_alpha) {
+                let s = (a * *v).sin();
+                *v += ia * (s * s);
+            }
+        }
+    }
+}
+
 dispatch! {
     pub fn map_gelu_erf(x: &mut [f32]) { for v in x.iter_mut() { *v = gelu_erf(*v); } }
 }
@@ -149,26 +204,95 @@ dispatch! {
     }
 }
 
-dispatch! {
-    /// Σ a·b with 16 independent lanes (the LSTM's recurrent matrix-vector product).
-    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let (a, b) = (&a[..n], &b[..n]);
-        let mut acc = [0.0f32; 16];
-        let mut ca = a.chunks_exact(16);
-        let mut cb = b.chunks_exact(16);
-        for (x, y) in (&mut ca).zip(&mut cb) {
-            for i in 0..16 { acc[i] += x[i] * y[i]; }
+/// The sum of 16 lanes by halving (pairs 8 apart, then 4, 2, 1), as [`sum`] reduces.
+#[inline(always)]
+fn reduce16(mut acc: [f32; 16]) -> f32 {
+    let mut half = 8;
+    while half > 0 {
+        for i in 0..half {
+            acc[i] += acc[i + half];
         }
-        let mut s = 0.0f32;
-        for (x, y) in ca.remainder().iter().zip(cb.remainder()) { s += x * y; }
-        let mut half = 8;
-        while half > 0 {
-            for i in 0..half { acc[i] += acc[i + half]; }
-            half /= 2;
-        }
-        acc[0] + s
+        half /= 2;
     }
+    acc[0]
+}
+
+dispatch! {
+    /// `out += W·v` for a row-major `W [out.len(), v.len()]`: the LSTM's recurrent product.
+    /// Four rows at a time, so each loaded chunk of `v` serves four rows, with 16 lanes per row
+    /// reduced by [`reduce16`].
+    pub fn gemv_rows_acc(w: &[f32], v: &[f32], out: &mut [f32]) {
+        let k = v.len();
+        if k == 0 {
+            return;
+        }
+        let body = k / 16 * 16;
+        let (v16, v_tail) = v.split_at(body);
+        let mut quads = out.chunks_exact_mut(4);
+        let mut rows = w.chunks_exact(k);
+        for o in &mut quads {
+            let (Some(w0), Some(w1), Some(w2), Some(w3)) = (rows.next(), rows.next(), rows.next(), rows.next()) else { return };
+            let (mut a0, mut a1, mut a2, mut a3) = ([0.0f32; 16], [0.0f32; 16], [0.0f32; 16], [0.0f32; 16]);
+            let chunks = w0[..body].chunks_exact(16).zip(w1[..body].chunks_exact(16)).zip(w2[..body].chunks_exact(16).zip(w3[..body].chunks_exact(16)));
+            for (((c0, c1), (c2, c3)), vc) in chunks.zip(v16.chunks_exact(16)) {
+                for i in 0..16 {
+                    a0[i] += c0[i] * vc[i];
+                    a1[i] += c1[i] * vc[i];
+                    a2[i] += c2[i] * vc[i];
+                    a3[i] += c3[i] * vc[i];
+                }
+            }
+            let mut s = [reduce16(a0), reduce16(a1), reduce16(a2), reduce16(a3)];
+            for (j, &vj) in v_tail.iter().enumerate() {
+                s[0] += w0[body + j] * vj;
+                s[1] += w1[body + j] * vj;
+                s[2] += w2[body + j] * vj;
+                s[3] += w3[body + j] * vj;
+            }
+            for (oi, si) in o.iter_mut().zip(s) {
+                *oi += si;
+            }
+        }
+        for (o, wr) in quads.into_remainder().iter_mut().zip(rows) {
+            let mut acc = [0.0f32; 16];
+            for (c, vc) in wr[..body].chunks_exact(16).zip(v16.chunks_exact(16)) {
+                for i in 0..16 {
+                    acc[i] += c[i] * vc[i];
+                }
+            }
+            let mut s = reduce16(acc);
+            for (j, &vj) in v_tail.iter().enumerate() {
+                s += wr[body + j] * vj;
+            }
+            *o += s;
+        }
+    }
+}
+
+dispatch! {
+    /// One LSTM cell update from the pre-activation `gates [i | f | g | o]` (each `h.len()`
+    /// wide): `c = σ(f)·c + σ(i)·tanh(g)`, `h = σ(o)·tanh(c)`, in f32 with libm's `expf` and
+    /// `tanhf`, as before this kernel existed. Deliberately not the vectorised approximations:
+    /// Kokoro's N curve sits at 0.96 of its golden bound, and even correctly rounded
+    /// exponentials (1-ulp changes in 0.06 % of the sigmoids) move it past that bound.
+    pub fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32]) {
+        let n = h.len();
+        let (gi, rest) = gates.split_at(n);
+        let (gf, rest) = rest.split_at(n);
+        let (gg, go) = rest.split_at(n);
+        let go = &go[..n];
+        for (((((hj, cj), &i), &f), &g), &o) in h.iter_mut().zip(c.iter_mut()).zip(gi).zip(gf).zip(gg).zip(go) {
+            let cn = libm_sigmoid(f) * *cj + libm_sigmoid(i) * g.tanh();
+            *cj = cn;
+            *hj = libm_sigmoid(o) * cn.tanh();
+        }
+    }
+}
+
+/// `1/(1 + expf(−x))` in f32 with libm's `expf`.
+#[inline(always)]
+fn libm_sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
 }
 
 dispatch! {
@@ -325,6 +449,67 @@ mod tests {
             }
             let erfc = (-a * a).exp() / f / std::f64::consts::PI.sqrt();
             (1.0 - erfc).copysign(x)
+        }
+    }
+
+    #[test]
+    fn sin_matches_libm_to_one_ulp() {
+        // Dense grid over the arguments Snake sees (|α·x| up to hundreds) and a sparse one out
+        // to the fast limit; the f64 evaluation should round like libm's f64 sine.
+        let mut worst_ulps = 0u32;
+        let mut check = |x: f32| {
+            let got = sin_f32(x);
+            let want = (x as f64).sin() as f32;
+            let ulps = (got.to_bits() as i64 - want.to_bits() as i64).unsigned_abs() as u32;
+            if got != want {
+                worst_ulps = worst_ulps.max(ulps);
+            }
+        };
+        let mut x = -400.0f32;
+        while x < 400.0 {
+            check(x);
+            x += 0.000_913;
+        }
+        let mut x = 400.0f32;
+        while x < SIN_FAST_LIMIT {
+            check(x);
+            check(-x);
+            x *= 1.000_37;
+        }
+        for x in [0.0f32, -0.0, 1e-30, -1e-20, std::f32::consts::PI, std::f32::consts::FRAC_PI_2] {
+            check(x);
+        }
+        assert!(worst_ulps <= 1, "sin_f32 is {worst_ulps} ulp from libm");
+        assert!(sin_f32(f32::NAN).is_nan() && sin_f32(f32::INFINITY).is_nan());
+    }
+
+    #[test]
+    fn snake_row_takes_libm_past_the_fast_limit() {
+        let alpha = [0.5f32, 2.0, 1.0];
+        let inv: Vec<f32> = alpha.iter().map(|a| 1.0 / a).collect();
+        for x0 in [[0.3f32, -1.7, 12.0], [3.0e6, -1.7, 12.0]] {
+            let mut x = x0;
+            snake_row(&mut x, &alpha, &inv);
+            for j in 0..3 {
+                let s = (alpha[j] as f64 * x0[j] as f64).sin();
+                let want = x0[j] as f64 + s * s / alpha[j] as f64;
+                assert!((x[j] as f64 - want).abs() <= 2e-7 * (1.0 + want.abs()), "{x0:?}[{j}]: {} vs {want}", x[j]);
+            }
+        }
+    }
+
+    #[test]
+    fn gemv_rows_acc_matches_f64_for_every_row_and_tail() {
+        // 7 rows (one quad and a remainder of 3) of 37 columns (two 16-lane chunks and a tail
+        // of 5), added onto a non-zero output: each path of the kernel is exercised.
+        let (rows, k) = (7, 37);
+        let w: Vec<f32> = (0..rows * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+        let v: Vec<f32> = (0..k).map(|i| ((i * 104_729) % 997) as f32 / 997.0 - 0.5).collect();
+        let mut out: Vec<f32> = (0..rows).map(|r| r as f32).collect();
+        gemv_rows_acc(&w, &v, &mut out);
+        for r in 0..rows {
+            let want = r as f64 + (0..k).map(|j| w[r * k + j] as f64 * v[j] as f64).sum::<f64>();
+            assert!((out[r] as f64 - want).abs() < 1e-5, "row {r}: {} vs {want}", out[r]);
         }
     }
 
