@@ -157,6 +157,9 @@ struct ServeArgs {
     /// Open connections at once.
     #[arg(long = "max-connections", default_value_t = 256)]
     max_connections: usize,
+    /// One line per request on standard error: text, json, or off.
+    #[arg(long = "log-format", default_value = "text")]
+    log_format: String,
 }
 
 #[derive(clap::Args)]
@@ -419,15 +422,39 @@ fn serve(a: ServeArgs) -> Result<()> {
     config.body_timeout = std::time::Duration::from_secs(a.body_timeout);
     config.idle_timeout = std::time::Duration::from_secs(a.idle_timeout);
     config.max_connections = a.max_connections;
+    config.log_format = match a.log_format.as_str() {
+        "text" => f5_server::LogFormat::Text,
+        "json" => f5_server::LogFormat::Json,
+        "off" => f5_server::LogFormat::Off,
+        other => bail!("--log-format {other:?}: use text, json or off"),
+    };
     config.transcriber = a.transcriber;
     config.language = a.language;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     rt.block_on(async move {
         let server = f5_server::Server::bind(config).await?;
         eprintln!("f5 serving on http://{} (Ctrl-C to stop)", server.local_addr());
+        // Ctrl-C or SIGTERM (what an orchestrator sends): stop accepting, answer every request
+        // already accepted (queued jobs included), then exit 0.
         server
             .run(async {
+                #[cfg(unix)]
+                {
+                    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                        Ok(t) => t,
+                        Err(_) => {
+                            let _ = tokio::signal::ctrl_c().await;
+                            return;
+                        }
+                    };
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                #[cfg(not(unix))]
                 let _ = tokio::signal::ctrl_c().await;
+                eprintln!("f5 serve: stopping: no new connections; finishing the requests already accepted");
             })
             .await?;
         Ok::<(), anyhow::Error>(())

@@ -642,3 +642,68 @@ fn play_uses_the_first_player_found_and_no_output_name_pipes_the_audio() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert!(r.stdout.starts_with(b"RIFF"), "no -o and a pipe: the wav on standard output");
 }
+
+/// SIGTERM (what an orchestrator sends) while a request is being answered: the server stops
+/// taking connections, answers the accepted request in full, and exits 0.
+#[test]
+fn serve_drains_on_sigterm() {
+    use std::io::{BufRead, Read, Write};
+    let home = tmp("drain-home");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_f5"))
+        .args([&["serve"][..], &TINY[..], &["--addr", "127.0.0.1:0", "--threads", "1", "--log-format", "json"][..]].concat())
+        .current_dir(fixtures())
+        .env("F5_HOME", &home)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let request = |path: &str, body: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(120))).unwrap();
+        let method = if body.is_empty() { "GET" } else { "POST" };
+        write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+        s
+    };
+    // A voice for the request, added to the store the server reads.
+    let added = Command::new(env!("CARGO_BIN_EXE_f5"))
+        .args(["voices", "add", "birch", "audio/ref_22050.wav", "--transcript", "The birch canoe slid on the smooth planks."])
+        .current_dir(fixtures())
+        .env("F5_HOME", &home)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(6);
+    let mut job = request("/tts", &format!(r#"{{"voice": "birch", "text": "{text}", "nfe": 4, "seed": 1}}"#));
+    // Wait until the server is answering it: two requests in flight, this scrape and the job.
+    let in_flight = || {
+        let mut s = request("/metrics", "");
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        text.lines().find_map(|l| l.strip_prefix("f5_requests_in_flight ")).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    let mut waited = 0;
+    while in_flight() < 2.0 {
+        waited += 1;
+        assert!(waited < 600, "the job never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let mut answer = Vec::new();
+    job.read_to_end(&mut answer).unwrap();
+    let head = String::from_utf8_lossy(&answer[..answer.len().min(200)]).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "the accepted request is answered: {head}");
+    assert!(answer.windows(4).any(|w| w == b"RIFF"), "with its whole wav");
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    let _ = stderr.read_to_string(&mut rest);
+    assert!(status.success(), "exit {status}: {rest}");
+    assert!(rest.contains("stopping") && rest.contains("\"endpoint\":\"/tts\""), "a JSON line per request: {rest}");
+}

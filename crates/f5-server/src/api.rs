@@ -53,12 +53,24 @@ pub(crate) struct AppState {
     requests: AtomicU64,
     /// Uploads being decoded; each may hold its form and a reference's worth of samples.
     uploads: tokio::sync::Semaphore,
+    /// Requests by endpoint and status, for `/metrics`.
+    pub metrics: crate::metrics::RequestMetrics,
 }
 
 impl AppState {
     pub fn new(config: ServerConfig, model_ids: Vec<String>, models: Vec<ModelFiles>, store: VoiceStore, engine: Arc<Engine>) -> Self {
         let uploads = tokio::sync::Semaphore::new(config.max_concurrent_uploads);
-        AppState { config, model_ids, models, store, voices: VoiceCache::default(), engine, requests: AtomicU64::new(0), uploads }
+        AppState {
+            config,
+            model_ids,
+            models,
+            store,
+            voices: VoiceCache::default(),
+            engine,
+            requests: AtomicU64::new(0),
+            uploads,
+            metrics: Default::default(),
+        }
     }
 
     pub fn config(&self) -> &ServerConfig {
@@ -108,6 +120,8 @@ pub(crate) fn router(state: Shared) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/health", get(health))
+        .route("/ready", get(crate::metrics::ready))
+        .route("/metrics", get(crate::metrics::metrics))
         .route("/models", get(models))
         .route("/tts", post(tts))
         .route("/dialogue", post(dialogue))
@@ -120,6 +134,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .layer(middleware::from_fn_with_state(state.clone(), same_site_only))
+        .layer(middleware::from_fn_with_state(state.clone(), crate::metrics::observe))
         .layer(DefaultBodyLimit::max(state.config.max_json_bytes))
         .with_state(state)
 }
@@ -360,7 +375,8 @@ async fn require_token(State(state): State<Shared>, req: Request, next: Next) ->
     };
     let is_get = req.method() == Method::GET;
     let path = req.uri().path();
-    let open = is_get && path == "/health";
+    // Supervisors and load balancers carry no token: liveness and readiness stay open.
+    let open = is_get && (path == "/health" || path == "/ready");
     let page_with_token = is_get && path == "/" && query_token_matches(req.uri().query(), token);
     if open || page_with_token || header_token_matches(req.headers(), token) {
         return next.run(req).await;

@@ -90,6 +90,8 @@ pub(crate) struct Stats {
     pub jobs_cancelled: AtomicU64,
     /// Running mean of a job's run time in milliseconds, for Retry-After.
     pub mean_job_ms: AtomicU64,
+    /// Histograms of finished jobs, for `/metrics`.
+    pub job_metrics: crate::metrics::JobMetrics,
 }
 
 /// How a job is admitted to the queue.
@@ -305,7 +307,8 @@ fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Durati
                 let ran = started.elapsed();
                 idle_since = Instant::now();
                 match &result {
-                    Ok(_) => {
+                    Ok(audio) => {
+                        stats.job_metrics.observe(ran.as_secs_f64(), audio, job.spec.options.max_wer);
                         stats.jobs_done.fetch_add(1, Ordering::SeqCst);
                         let ms = ran.as_millis().min(u64::MAX as u128) as u64;
                         let old = stats.mean_job_ms.load(Ordering::Relaxed);

@@ -20,6 +20,7 @@
 mod api;
 mod conn;
 mod engine;
+mod metrics;
 mod stream;
 
 use std::future::Future;
@@ -31,6 +32,7 @@ use std::time::Duration;
 pub use engine::PauseGuard;
 /// The server's `device` setting, parsed as the pipeline parses it.
 pub use f5_gpukit::DeviceChoice;
+pub use metrics::LogFormat;
 
 /// Everything `f5 serve` decides.
 #[derive(Clone, Debug)]
@@ -94,6 +96,8 @@ pub struct ServerConfig {
     pub idle_timeout: Duration,
     /// Open connections at once; more wait in the kernel's accept queue.
     pub max_connections: usize,
+    /// One line per request on standard error (text or JSON), or none.
+    pub log_format: LogFormat,
 }
 
 impl ServerConfig {
@@ -136,6 +140,7 @@ impl ServerConfig {
             body_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
             max_connections: 256,
+            log_format: LogFormat::Text,
         }
     }
 
