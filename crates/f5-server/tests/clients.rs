@@ -215,8 +215,8 @@ async fn the_page_speaks_in_headless_chromium() {
     s.shutdown().await;
 }
 
-/// The page with a Kokoro model: a link picks the model and a mix of its named voices, the
-/// page sends no F5-only option, and the `<audio>` element holds what the same request gives.
+/// The page with a Kokoro model: a link picks the model, a mix of its named voices and mp3, the
+/// page sends no F5-only option, and the `<audio>` element plays what the same request gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_speaks_a_kokoro_mix_in_headless_chromium() {
     let Some(chromium) = find_chromium() else {
@@ -234,10 +234,13 @@ async fn the_page_speaks_a_kokoro_mix_in_headless_chromium() {
     assert_eq!(r.status(), 200);
     let expected_seconds = wav_samples(&r.bytes().await.expect("wav")) as f64 / 24_000.0;
 
-    let url = s.url(&format!("/?model={}&mix=af_heart(2)%2Bam_mirror&text=Hello%20there.&seed=3&speak=1", common::KOKORO));
+    // As mp3: the browser plays the compressed answer (its length within the codec's delay and
+    // one frame: 1057 + 576 samples).
+    let url = s.url(&format!("/?model={}&mix=af_heart(2)%2Bam_mirror&text=Hello%20there.&seed=3&format=mp3&speak=1", common::KOKORO));
     let (state, duration, text) = tokio::task::spawn_blocking(move || page_outcome(&chromium, &url)).await.expect("join");
     assert_eq!(state, "ready", "the page ended in {state:?}: {text}");
-    assert!((duration - expected_seconds).abs() < 1e-3, "the <audio> element holds {duration} s, the answer is {expected_seconds} s");
+    assert!((duration - expected_seconds).abs() < (1057.0 + 576.0) / 24_000.0, "the <audio> element holds {duration} s, the answer is {expected_seconds} s");
+    assert!(text.contains("audio/mpeg"), "the page asked for mp3: {text}");
     let h: Value = c.get(s.url("/health")).send().await.expect("health").json().await.expect("health json");
     assert_eq!(h["jobs_done"], 2, "the page's request reached the model: {h}");
     assert_eq!(h["model"], common::KOKORO, "{h}");
