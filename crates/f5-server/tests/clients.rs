@@ -239,7 +239,10 @@ async fn the_page_speaks_a_kokoro_mix_in_headless_chromium() {
     let url = s.url(&format!("/?model={}&mix=af_heart(2)%2Bam_mirror&text=Hello%20there.&seed=3&format=mp3&speak=1", common::KOKORO));
     let (state, duration, text) = tokio::task::spawn_blocking(move || page_outcome(&chromium, &url)).await.expect("join");
     assert_eq!(state, "ready", "the page ended in {state:?}: {text}");
-    assert!((duration - expected_seconds).abs() < (1057.0 + 576.0) / 24_000.0, "the <audio> element holds {duration} s, the answer is {expected_seconds} s");
+    assert!(
+        (duration - expected_seconds).abs() < (1057.0 + 576.0) / 24_000.0,
+        "the <audio> element holds {duration} s, the answer is {expected_seconds} s"
+    );
     assert!(text.contains("audio/mpeg"), "the page asked for mp3: {text}");
     let h: Value = c.get(s.url("/health")).send().await.expect("health").json().await.expect("health json");
     assert_eq!(h["jobs_done"], 2, "the page's request reached the model: {h}");
