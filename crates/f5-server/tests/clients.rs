@@ -298,6 +298,11 @@ base_url, api_key, voice, out = sys.argv[1:5]
 client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
 speech = client.audio.speech.create(model="tts-1", voice=voice, input="Hello there.", response_format="wav")
 open(out, "wb").write(speech.content)
+try:
+    client.audio.speech.create(model="tts-1", voice=voice, input="Hi.", response_format="aac")
+    print("no error for aac")
+except openai.BadRequestError as e:
+    print("refused:", e.message)
 print("openai", openai.__version__)
 "#;
     let mut cmd = Command::new(&python);
@@ -309,6 +314,9 @@ print("openai", openai.__version__)
     let _ = std::fs::remove_file(&out);
     // RIFF/WAVE, mono 16-bit 24 kHz, a data chunk that holds samples.
     assert!(wav_samples(&wav) > 0, "{stdout}");
+    // A 400 reaches the client's user as the server's message (OpenAI's error shape).
+    let refused = stdout.lines().find_map(|l| l.strip_prefix("refused: ")).unwrap_or_else(|| panic!("no BadRequestError: {stdout}"));
+    assert!(refused.contains("aac") && refused.contains("mp3"), "the message, not just the status: {refused}");
     s.shutdown().await;
 }
 

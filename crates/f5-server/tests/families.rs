@@ -89,6 +89,11 @@ async fn alternating_families_answer_as_single_model_servers() {
     assert_eq!(h["switches"], 4, "F5 loaded at start, then kokoro f5 kokoro f5: {h}");
 
     // The family name picks the model; OpenAI's endpoint takes a Kokoro mix.
+    for (name, id, voice) in [("f5", F5, VOICE), ("f5-tts", F5, VOICE), ("kokoro", KOKORO, "af_heart")] {
+        let r = c.post(s.url("/tts")).json(&json!({ "model": name, "voice": voice, "text": "Hi there.", "seed": 1, "nfe": if id == F5 { json!(2) } else { json!(null) } })).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{name}");
+        assert_eq!(r.headers()["x-f5-model"], id, "the family name {name:?} means the first {id}");
+    }
     let r = c
         .post(s.url("/v1/audio/speech"))
         .json(&json!({ "model": "kokoro", "voice": "af_heart(2)+am_mirror", "input": "Hello there.", "response_format": "wav" }))
