@@ -433,7 +433,11 @@ fn serve(a: ServeArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     rt.block_on(async move {
         let server = f5_server::Server::bind(config).await?;
-        eprintln!("f5 serving on http://{} (Ctrl-C to stop)", server.local_addr());
+        // The daemon's lines never panic on a closed stderr (a supervisor that stopped reading).
+        {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "f5 serving on http://{} (Ctrl-C to stop)", server.local_addr());
+        }
         // Ctrl-C or SIGTERM (what an orchestrator sends): stop accepting, answer every request
         // already accepted (queued jobs included), then exit 0.
         server
@@ -454,7 +458,8 @@ fn serve(a: ServeArgs) -> Result<()> {
                 }
                 #[cfg(not(unix))]
                 let _ = tokio::signal::ctrl_c().await;
-                eprintln!("f5 serve: stopping: no new connections; finishing the requests already accepted");
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "f5 serve: stopping: no new connections; finishing the requests already accepted");
             })
             .await?;
         Ok::<(), anyhow::Error>(())

@@ -174,7 +174,7 @@ impl ApiError {
     /// A fault of the server's own. The client learns only that it happened: the detail (which
     /// may name files, devices or internals) goes to the server's log.
     pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
-        eprintln!("f5 serve: internal error: {detail}");
+        crate::log_line!("f5 serve: internal error: {detail}");
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error; the server log has the details")
     }
     fn too_large(message: impl Into<String>) -> Self {

@@ -42,7 +42,7 @@ pub(crate) async fn serve(listener: TcpListener, app: axum::Router, limits: Limi
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     // Out of descriptors and the like: wait a moment rather than spin.
-                    eprintln!("f5 serve: cannot accept a connection: {e}");
+                    crate::log_line!("f5 serve: cannot accept a connection: {e}");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }

@@ -23,6 +23,17 @@ mod engine;
 mod metrics;
 mod stream;
 
+/// Writes one line to standard error, as `eprintln!` does, but never panics: a daemon whose
+/// stderr was closed (a supervisor that stopped reading, a pipe whose reader went away) must go
+/// on answering; `eprintln!` panics when the write fails.
+macro_rules! log_line {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+pub(crate) use log_line;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -161,12 +161,12 @@ pub(crate) async fn observe(State(state): State<std::sync::Arc<AppState>>, req: 
     let (model, audio) = (header("x-f5-model"), header("x-f5-audio-seconds"));
     match state.config().log_format {
         LogFormat::Off => {}
-        LogFormat::Text => eprintln!(
+        LogFormat::Text => crate::log_line!(
             "f5 serve: {id} {method} {endpoint} {status} {ms} ms{}{}",
             model.map(|m| format!(" model={m}")).unwrap_or_default(),
             audio.map(|a| format!(" audio={a}s")).unwrap_or_default()
         ),
-        LogFormat::Json => eprintln!(
+        LogFormat::Json => crate::log_line!(
             "{}",
             serde_json::json!({ "id": id, "method": method.as_str(), "endpoint": endpoint, "status": status, "ms": ms, "model": model, "audio_seconds": audio })
         ),

@@ -264,7 +264,7 @@ fn stream_error_message(e: JobError) -> String {
         JobError::TimedOut => "the job ran past this server's time limit".into(),
         JobError::Cancelled => "the job was cancelled".into(),
         JobError::Failed(m) => {
-            eprintln!("f5 serve: internal error in a stream: {m}");
+            crate::log_line!("f5 serve: internal error in a stream: {m}");
             "internal server error; the server log has the details".into()
         }
     }
