@@ -132,6 +132,15 @@ fn readme_commands() -> (String, String) {
     (lines.next().expect("a first command").to_string(), lines.next().expect("a second command").to_string())
 }
 
+/// `f5 synth` with `extra`, listened to once per chunk by the recogniser at `asr` (no retries,
+/// no split, so the WER is the first attempt's), its report written to `report`.
+fn heard_synth(extra: &[&str], asr: &str, report: &Path) -> Vec<String> {
+    let mut args: Vec<String> = ["synth", "-q"].iter().chain(extra).map(|s| s.to_string()).collect();
+    args.extend(["--transcriber", asr, "--retries", "0", "--no-split-on-fail", "--report-json"].map(String::from));
+    args.push(report.display().to_string());
+    args
+}
+
 /// The word error rate the listen-back check heard, from a `--report-json` report.
 fn heard_wer(report: &Path) -> f64 {
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).expect("report")).expect("report json");
@@ -162,26 +171,7 @@ fn the_readme_command_and_the_default_model_speak_from_the_hub() {
     // No model flags, three sentences, heard by pocketsphinx through the listen-back check.
     let report = home.path().join("report.json");
     let text = "I would like to have a cup of coffee in the morning. She opened the door and walked into the kitchen. The children played in the garden until it was dark.";
-    let args: Vec<String> = [
-        "synth",
-        "--text",
-        text,
-        "-o",
-        "x.wav",
-        "-q",
-        "--seed",
-        "0",
-        "--transcriber",
-        &asr.address,
-        "--retries",
-        "0",
-        "--no-split-on-fail",
-        "--report-json",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([report.display().to_string()])
-    .collect();
+    let args = heard_synth(&["--text", text, "-o", "x.wav", "--seed", "0"], &asr.address, &report);
     let before = hub.request_count();
     let (ok, err) = f5_in(home.path(), &hub.endpoint(), &args);
     assert!(ok, "{err}");
@@ -200,30 +190,7 @@ fn named_voices_and_a_mix_from_the_hub_are_heard() {
     // The mix first: it fetches two voices while the loopback hub is fresh.
     for voice in ["af_bella(2)+am_adam", "af_heart", "am_adam"] {
         let report = home.path().join(format!("report-{}.json", wers.len()));
-        let args: Vec<String> = [
-            "synth",
-            "--model",
-            REPO,
-            "--voice",
-            voice,
-            "--text",
-            text,
-            "-o",
-            "y.wav",
-            "-q",
-            "--seed",
-            "1",
-            "--transcriber",
-            &asr.address,
-            "--retries",
-            "0",
-            "--no-split-on-fail",
-            "--report-json",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([report.display().to_string()])
-        .collect();
+        let args = heard_synth(&["--model", REPO, "--voice", voice, "--text", text, "-o", "y.wav", "--seed", "1"], &asr.address, &report);
         let (ok, err) = f5_in(home.path(), &hub.endpoint(), &args);
         assert!(ok, "{voice}: {err}");
         wers.push(heard_wer(&report));
