@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine (no Rust toolchain needed), from the repository root, with the .gpu/
-# directory built by scripts/gpu-prep.sh copied next to the sources: `bash scripts/gpu-check.sh`.
+# directory built by scripts/gpu-prep.sh copied next to the sources (or its archive .gpu-carry/gpu.tar.gz):
+# `bash scripts/gpu-check.sh`.
 # Everything goes to $OUT: summary.json (one entry per step), bench.json (gpu_bench's report),
-# env.txt and one log per step. Budget: 7 minutes worst case (every step at its timeout, 420 s);
+# env.txt and one log per step. Budget: 9.5 minutes worst case (every step at its timeout, 565 s);
 # expected 1–3 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-out}"
+if [ ! -x .gpu/f5 ] && [ -f .gpu-carry/gpu.tar.gz ]; then
+  mkdir -p .gpu && gzip -dc .gpu-carry/gpu.tar.gz | tar -C .gpu -xf - || { echo "cannot unpack .gpu-carry/gpu.tar.gz" >&2; exit 2; }
+fi
 mkdir -p "$OUT"
 steps_json="$OUT/steps.jsonl"
 : > "$steps_json"
@@ -64,14 +68,17 @@ step unit 40 .gpu/test-unit --test-threads=4 --skip nvrtc_compiles_every_module
 step nvrtc 60 env KIT_FORCE_NVRTC=1 .gpu/test-ops cuda:: --test-threads=4
 # 4. Out-of-bounds and race checks on the CUDA suite where the sanitizer works.
 if command -v compute-sanitizer >/dev/null 2>&1; then
-  info_step memcheck 45 compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/test-ops cuda:: --test-threads=1
+  info_step memcheck 40 compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/test-ops cuda:: --test-threads=1
   # A replay reading scratch that an eager GEMM freed would be a use-after-free here.
   info_step memcheck-graph 30 compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/test-unit graph_keeps_its_bf16_scratch --test-threads=1
 fi
 # 5. Tiny F5 model CPU vs CUDA; the real F5Model from a random checkpoint: small CPU vs CUDA
 #    parity, then full-size (v1 Base) timing, eager and graph.
 step bench 140 .gpu/gpu_bench --json "$OUT/bench.json"
-# 6. The whole pipeline through the f5 binary: synth on CPU vs CUDA (f32, bf16), then the daemon
+# 6. Kokoro at full size (counter weights): every stage against kokoro 0.9.4's goldens on CUDA,
+#    then phonemes → audio timed on CUDA (f32, bf16 weights) and on the CPU backend.
+step kokoro 120 .gpu/kokoro_gpu --config .gpu/kokoro/config.json --json "$OUT/kokoro.json"
+# 7. The whole pipeline through the f5 binary: synth on CPU vs CUDA (f32, bf16), then the daemon
 #    with --device cuda answering POST /tts (writes $OUT/e2e/e2e.json).
 step e2e 60 python3 scripts/gpu-e2e.py .gpu/f5 "$OUT/e2e" --device cuda
 
@@ -84,12 +91,17 @@ try:
     bench = json.load(open(os.path.join(out, "bench.json")))
 except Exception as e:
     bench = {"error": str(e)}
+kokoro = None
+try:
+    kokoro = json.load(open(os.path.join(out, "kokoro.json")))
+except Exception as e:
+    kokoro = {"error": str(e)}
 e2e = None
 try:
     e2e = json.load(open(os.path.join(out, "e2e", "e2e.json")))
 except Exception as e:
     e2e = {"error": str(e)}
-doc = {"ok": all(s["rc"] == 0 for s in steps if s["required"]), "steps": steps, "bench": bench, "e2e": e2e}
+doc = {"ok": all(s["rc"] == 0 for s in steps if s["required"]), "steps": steps, "bench": bench, "kokoro": kokoro, "e2e": e2e}
 json.dump(doc, open(os.path.join(out, "summary.json"), "w"), indent=2)
 print(json.dumps({"ok": doc["ok"], "steps": steps}))
 PY

@@ -3,60 +3,25 @@
 //! the rule — so the reference's goldens can be checked without committing 327 MB of weights.
 
 mod common;
+#[path = "common/counter.rs"]
+mod counter;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use common::{channels_last, fixtures, npy, rel_l2};
+use counter::counter_value;
 use f5_gpukit::CpuBackend;
-use f5_kokoro::{Kokoro, KokoroConfig, Trace};
-use f5_nn::Weights;
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Element `e` of tensor `i`: `f32(offset + scale·(2u − 1))`, `u = (splitmix64(seed ^ i<<40 ^ e) >> 40) / 2²⁴`.
-fn counter_value(seed: u64, i: u64, e: u64, offset: f64, scale: f64) -> f32 {
-    let u = (splitmix64(seed ^ (i << 40) ^ e) >> 40) as f64 / 16_777_216.0;
-    (offset + scale * (2.0 * u - 1.0)) as f32
-}
+use f5_kokoro::{Kokoro, Trace};
 
 fn manifest() -> serde_json::Value {
-    let text = std::fs::read_to_string(fixtures().join("manifest_full.json")).expect("manifest_full.json");
-    serde_json::from_str(&text).expect("manifest")
+    counter::read_manifest(&fixtures().join("manifest_full.json")).expect("manifest_full.json")
 }
 
 fn counter_model() -> Kokoro<CpuBackend> {
-    let m = manifest();
-    let seed = m["counter_weights"]["seed"].as_u64().expect("seed");
-    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-    let mut params = 0usize;
-    for entry in m["entries"].as_array().expect("entries") {
-        let i = entry["index"].as_u64().unwrap();
-        let name = entry["name"].as_str().unwrap().to_string();
-        let shape: Vec<usize> = entry["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
-        let (offset, scale) = (entry["offset"].as_f64().unwrap(), entry["scale"].as_f64().unwrap());
-        let n: usize = shape.iter().product();
-        params += n;
-        let bytes: Vec<u8> = (0..n as u64).flat_map(|e| counter_value(seed, i, e, offset, scale).to_le_bytes()).collect();
-        tensors.push((name, shape, bytes));
-    }
-    assert_eq!(tensors.len(), 548);
+    let (bytes, tensors, params) = counter::counter_checkpoint(&manifest()).expect("the counter checkpoint");
+    assert_eq!(tensors, 548);
     assert_eq!(params, 81_763_410, "the release layout's parameter count");
-    let views: BTreeMap<String, safetensors::tensor::TensorView<'_>> = tensors
-        .iter()
-        .map(|(n, s, b)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::tensor::Dtype::F32, s.clone(), b).unwrap()))
-        .collect();
-    let bytes = safetensors::serialize(&views, None).unwrap();
-    drop(views);
-    drop(tensors);
-    let ckpt = f5_torchpt::Checkpoint::from_bytes("kokoro-counter.safetensors", bytes).unwrap();
-    let mut w = Weights::from_checkpoint(ckpt).unwrap();
-    let config = KokoroConfig::open(&common::shared_kokoro().join("config.json")).unwrap();
-    Kokoro::from_weights(&mut w, config, CpuBackend::new()).expect("the full-size model")
+    counter::counter_model(bytes, &common::shared_kokoro().join("config.json"), CpuBackend::new()).expect("the full-size model")
 }
 
 #[test]
