@@ -2,8 +2,8 @@
 # Runs on a GPU machine (no Rust toolchain needed), from the repository root, with the .gpu/
 # directory built by scripts/gpu-prep.sh copied next to the sources (or its archive .gpu-carry/gpu.tar.gz):
 # `bash scripts/gpu-check.sh`.
-# Everything goes to $OUT: summary.json (one entry per step), bench.json (gpu_bench's report),
-# env.txt and one log per step. Budget: 9.5 minutes worst case (every step at its timeout, 565 s);
+# Everything goes to $OUT: summary.json (one entry per step, with gpu_bench's, kokoro_gpu's and the
+# end-to-end reports inside) and logs.tar.gz (env.txt, one log per step, the reports). Budget: 9.5 minutes worst case (every step at its timeout, 565 s);
 # expected 1–3 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -106,3 +106,12 @@ json.dump(doc, open(os.path.join(out, "summary.json"), "w"), indent=2)
 print(json.dumps({"ok": doc["ok"], "steps": steps}))
 PY
 rm -f "$steps_json"
+# The device hands back at most 8 files from $OUT: keep summary.json (every step's result and the
+# JSON reports) and pack the logs and reports into one archive; the e2e waves (.npy) stay behind.
+(
+  cd "$OUT" || exit 0
+  pack="$(mktemp)"
+  tar czf "$pack" --exclude='*.npy' --exclude=summary.json . 2>/dev/null &&
+    find . -mindepth 1 -maxdepth 1 ! -name summary.json -exec rm -rf {} + &&
+    mv "$pack" logs.tar.gz
+)
