@@ -90,7 +90,7 @@ fn full_size_forward_matches_the_reference() {
             .unwrap()
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .filter_map(|f| f.strip_prefix(&format!("{prefix}_"))?.strip_suffix(".npy").map(str::to_string))
-            .filter(|s| !matches!(s.as_str(), "ids" | "ref_s" | "pred_dur"))
+            .filter(|s| !matches!(s.as_str(), "ids" | "ref_s" | "pred_dur") && !s.ends_with("_f64"))
             .collect();
         names.sort();
         let mut failures = Vec::new();
@@ -118,10 +118,29 @@ fn full_size_forward_matches_the_reference() {
                 "gen_har_source" if !teacher_forced => 2e-3,
                 // 1,024 steps of the shared BiLSTM and T = 512 through ALBERT, f32 on both
                 // sides: measured 1.5e-5 / 2.6e-5 (the small model's 510-phoneme case holds 1e-5).
+                // Each side is ~2e-5 from the float64 answer (checked below), so two f32 results
+                // may differ by their sum: 5e-5.
                 "F0" | "N" if prefix.starts_with("long") => 5e-5,
                 _ => 1e-5,
             };
             eprintln!("{prefix} {stage}: rel-L2 {err:.2e}");
+            // Where the reference was also run in float64 (the 510-phoneme F0 and N), the exact
+            // answer judges both f32 implementations: the reference's own f32 result is 1.2e-5 (F0)
+            // and 1.9e-5 (N) from it, so 1e-5 to the f32 golden is below f32's noise here. f5 must
+            // be as close to the exact answer as the reference is (measured 1.19e-5 / 1.96e-5 against
+            // the reference's 1.16e-5 / 1.91e-5); a wrong stage is O(1).
+            let exact = dir.join(format!("{prefix}_{stage}_f64.npy"));
+            if exact.exists() {
+                let g = npy(&exact);
+                let want64 = if is_channels_first(&stage) && g.shape.len() == 3 { channels_last(&g) } else { g.data.clone() };
+                let ours = rel_l2(got, &want64);
+                let theirs = rel_l2(&want.iter().map(|&v| v as f32).collect::<Vec<_>>(), &want64);
+                eprintln!("{prefix} {stage}: vs the float64 reference rel-L2 {ours:.2e} (the f32 reference: {theirs:.2e})");
+                if ours.is_nan() || ours > 1.25 * theirs {
+                    failures
+                        .push(format!("{stage}: {ours:.3e} from the float64 reference, more than 1.25 x the f32 reference's {theirs:.3e}"));
+                }
+            }
             if err.is_nan() || err > tol {
                 failures.push(format!("{stage}: rel-L2 {err:.3e} > {tol:e}"));
             }
