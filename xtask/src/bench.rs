@@ -68,12 +68,21 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 model: opts.model.clone(),
             },
         ),
+        Some("kokoro-process") => crate::bench_kokoro_process::run(
+            root,
+            &crate::bench_kokoro_process::ProcessOpts {
+                threads: opts.threads,
+                runs: opts.runs.max(1),
+                write: opts.write,
+                model_dir: opts.model.clone(),
+            },
+        ),
         Some("synth") => crate::bench_synth::run(
             root,
             &crate::bench_synth::SynthOpts { threads: opts.threads, nfes: opts.nfes.clone(), runs: opts.runs.max(1), write: opts.write },
         ),
         _ => {
-            bail!("usage: cargo xtask bench kit|dit|vocos|text|synth|kokoro [--threads N] [--min-seconds S] [--nfe 16,32] [--runs 3] [--model PATH] [--no-write]")
+            bail!("usage: cargo xtask bench kit|dit|vocos|text|synth|kokoro|kokoro-process [--threads N] [--min-seconds S] [--nfe 16,32] [--runs 3] [--model PATH] [--no-write]")
         }
     }
 }

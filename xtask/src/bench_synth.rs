@@ -30,11 +30,11 @@ pub struct SynthOpts {
 
 /// What one process run measured.
 #[derive(Clone, Copy, Debug)]
-struct Run {
-    wall: f64,
-    first_sample: f64,
-    peak_rss_mib: f64,
-    audio_seconds: f64,
+pub(crate) struct Run {
+    pub(crate) wall: f64,
+    pub(crate) first_sample: f64,
+    pub(crate) peak_rss_mib: f64,
+    pub(crate) audio_seconds: f64,
 }
 
 pub fn run(root: &Path, o: &SynthOpts) -> Result<()> {
@@ -84,7 +84,7 @@ pub fn run(root: &Path, o: &SynthOpts) -> Result<()> {
         let ours_args = words(&[&["synth"], &common, &["-q", "-o", &ours_path]]);
         let theirs_args = words(&[&["xtask/bench/synth_reference.py"], &common, &["--out", &theirs_path]]);
         commands.push(format!("target/release/f5 {}", shell_words(&ours_args)));
-        commands.push(format!("{py} {}", shell_words(&theirs_args)));
+        commands.push(format!("$F5_REF_PYTHON {}", shell_words(&theirs_args)));
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         for i in 0..o.runs {
             eprintln!("nfe {nfe}, run {} of {}: f5…", i + 1, o.runs);
@@ -161,7 +161,7 @@ pub fn run(root: &Path, o: &SynthOpts) -> Result<()> {
 
 /// Runs `cmd` to completion, polling its output file for the first audio and taking its peak
 /// RSS from `wait4`. A failed run is an error: a benchmark must not print a ratio built on it.
-fn measure(mut cmd: Command, out: &Path) -> Result<(Run, Value)> {
+pub(crate) fn measure(mut cmd: Command, out: &Path) -> Result<(Run, Value)> {
     let _ = std::fs::remove_file(out);
     let start = Instant::now();
     let mut child: Child = cmd.spawn().context("cannot start")?;
@@ -231,7 +231,7 @@ fn audio_bytes(path: &Path) -> u64 {
     (bytes.len() as u64).saturating_sub(at as u64 + 8)
 }
 
-fn median(runs: &[Run], f: impl Fn(&Run) -> f64) -> f64 {
+pub(crate) fn median(runs: &[Run], f: impl Fn(&Run) -> f64) -> f64 {
     let mut v: Vec<f64> = runs.iter().map(f).collect();
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -241,7 +241,7 @@ fn median(runs: &[Run], f: impl Fn(&Run) -> f64) -> f64 {
     }
 }
 
-fn shell_words(args: &[String]) -> String {
+pub(crate) fn shell_words(args: &[String]) -> String {
     args.iter()
         .map(|a| {
             if a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=,".contains(c)) {

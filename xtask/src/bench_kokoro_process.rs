@@ -1,0 +1,167 @@
+//! `cargo xtask bench kokoro-process`: Kokoro-82M as a user runs it, one fresh process per
+//! utterance: `f5 synth --phonemes` against kokoro 0.9.4's `KModel` in Python
+//! (`xtask/bench/kokoro_process.py`) on the same release-layout folder (default the int8-derived
+//! weights, `target/kokoro-int8`), same phonemes, voice, seed and thread count. Each run: wall time
+//! from spawn to exit (loading included), the kernel's peak RSS (`wait4`), audio seconds; runs
+//! alternate f5 / reference, median of `--runs`. Peak memory does not depend on machine load;
+//! wall time does, and the table says how busy the machine was.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use crate::bench_synth::{measure, median, shell_words, Run};
+use crate::machine;
+
+pub struct ProcessOpts {
+    pub threads: usize,
+    pub runs: usize,
+    pub write: bool,
+    pub model_dir: Option<PathBuf>,
+}
+
+const VOICE: &str = "af_heart";
+
+/// The bench inputs: the full-size goldens' short (56) and long (510) phoneme strings.
+fn inputs(root: &Path) -> Result<Vec<(&'static str, String)>> {
+    let index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("fixtures/kokoro/index_full.json"))?)?;
+    let phonemes = |case: &str| -> Result<String> {
+        index["notes"][format!("whole_full/{case}")]["phonemes"]
+            .as_str()
+            .map(str::to_string)
+            .with_context(|| format!("index_full.json: no phonemes for {case}"))
+    };
+    Ok(vec![("short", phonemes("short_heart_s1")?), ("long", phonemes("long510_mix_s0.8")?)])
+}
+
+pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
+    let model_dir = o.model_dir.clone().unwrap_or_else(|| root.join("target/kokoro-int8"));
+    for need in ["config.json", "kokoro-v1_0.pth"] {
+        if !model_dir.join(need).is_file() {
+            bail!("{} has no {need}: run `cargo xtask kokoro-int8` or pass --model DIR", model_dir.display());
+        }
+    }
+    let voice_file = model_dir.join(format!("voices/{VOICE}.pt"));
+    if !voice_file.is_file() {
+        bail!("{} is missing", voice_file.display());
+    }
+    eprintln!("building the f5 binary (release)…");
+    let status = Command::new(env!("CARGO")).current_dir(root).args(["build", "--release", "-q", "-p", "f5-cli"]).status()?;
+    if !status.success() {
+        bail!("cargo build --release -p f5-cli failed");
+    }
+    let f5 = root.join("target/release/f5");
+    let py = crate::reference_python();
+    let scratch = root.join("target/bench-kokoro-process");
+    std::fs::create_dir_all(&scratch)?;
+    let dir = model_dir.to_string_lossy().to_string();
+    let threads = o.threads.to_string();
+
+    let busy = machine::wait_idle(0.10, Duration::from_secs(120));
+    let mut rows = Vec::new();
+    let mut commands = Vec::new();
+    let mut torch = String::from("?");
+    for (name, phonemes) in inputs(root)? {
+        let ours_out = scratch.join(format!("f5_{name}.wav"));
+        let theirs_out = scratch.join(format!("ref_{name}.wav"));
+        let ours_args: Vec<String> =
+            ["synth", "-q", "-m", &dir, "--voice", VOICE, "--phonemes", "-t", &phonemes, "--seed", "0", "--threads", &threads, "-o"]
+                .iter()
+                .map(|s| s.to_string())
+                .chain([ours_out.to_string_lossy().to_string()])
+                .collect();
+        let theirs_args: Vec<String> = [
+            "xtask/bench/kokoro_process.py",
+            "--threads",
+            &threads,
+            "--model-dir",
+            &dir,
+            "--voice",
+            VOICE,
+            "--phonemes",
+            &phonemes,
+            "--out",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([theirs_out.to_string_lossy().to_string()])
+        .collect();
+        commands.push(format!("target/release/f5 {}", shell_words(&ours_args)));
+        commands.push(format!("$F5_REF_PYTHON {}", shell_words(&theirs_args)));
+        let (mut ours, mut theirs): (Vec<Run>, Vec<Run>) = (Vec::new(), Vec::new());
+        for i in 0..o.runs {
+            eprintln!("{name} ({} phonemes), run {} of {}: f5…", phonemes.chars().count(), i + 1, o.runs);
+            let mut cmd = Command::new(&f5);
+            cmd.current_dir(root).args(&ours_args).stdout(Stdio::null()).stderr(Stdio::piped());
+            let (run, _) = measure(cmd, &ours_out).context("f5 synth")?;
+            eprintln!("  f5: {:.2} s wall, {:.0} MiB", run.wall, run.peak_rss_mib);
+            ours.push(run);
+            let mut cmd = Command::new(&py);
+            cmd.current_dir(root).args(&theirs_args).stdout(Stdio::piped()).stderr(Stdio::piped());
+            let (run, json) = measure(cmd, &theirs_out).context("the reference (kokoro_process.py)")?;
+            if let Some(t) = json["torch"].as_str() {
+                torch = t.to_string();
+            }
+            eprintln!("  reference: {:.2} s wall, {:.0} MiB", run.wall, run.peak_rss_mib);
+            theirs.push(run);
+        }
+        rows.push((name, phonemes.chars().count(), ours, theirs));
+    }
+    let busy_after = machine::busy_fraction();
+
+    let mut md = String::new();
+    writeln!(md, "Machine: {}.", machine::describe())?;
+    writeln!(
+        md,
+        "Command: `cargo xtask bench kokoro-process --threads {} --runs {}` (fresh processes, runs alternate f5 / reference, median of {}; machine {:.0}% busy before, {:.0}% after). Weights: `{}` (release layout), voice {VOICE}, seed 0, fp32. Reference: kokoro 0.9.4 `KModel`, torch {torch}.",
+        o.threads,
+        o.runs,
+        o.runs,
+        busy * 100.0,
+        busy_after * 100.0,
+        model_dir.file_name().and_then(|n| n.to_str()).unwrap_or("?"),
+    )?;
+    writeln!(md)?;
+    writeln!(md, "| input | audio | f5 wall | reference wall | f5 peak RSS | reference peak RSS | f5 / reference memory |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|")?;
+    for (name, n, ours, theirs) in &rows {
+        let (our_rss, their_rss) = (median(ours, |r| r.peak_rss_mib), median(theirs, |r| r.peak_rss_mib));
+        writeln!(
+            md,
+            "| {name} ({n} phonemes) | {:.2} s | {:.2} s | {:.2} s | {:.0} MiB | {:.0} MiB | {:.2}× |",
+            median(ours, |r| r.audio_seconds),
+            median(ours, |r| r.wall),
+            median(theirs, |r| r.wall),
+            our_rss,
+            their_rss,
+            our_rss / their_rss,
+        )?;
+    }
+    writeln!(md)?;
+    writeln!(md, "Exact commands (from the repository root):")?;
+    writeln!(md)?;
+    writeln!(md, "```")?;
+    // Paths relative to the repository root (the reference's Python is named by its variable).
+    let root_prefix = format!("{}/", root.display());
+    for c in &commands {
+        writeln!(md, "{}", c.replace(&root_prefix, ""))?;
+    }
+    writeln!(md, "```")?;
+    print!("{md}");
+    if o.write {
+        let path = root.join("docs/benchmarks.md");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let heading = "## Kokoro-82M, one process per utterance (`cargo xtask bench kokoro-process`)";
+        if !text.contains(heading) {
+            std::fs::write(
+                &path,
+                format!("{}\n\n{heading}\n\nWhat a user's command costs: process start, loading the weights and one forward, f5 against the reference in fresh processes; peak memory is the kernel's high-water mark.\n", text.trim_end()),
+            )?;
+        }
+        crate::bench::write_section(&path, &format!("kokoro-process-{}t", o.threads), &md)?;
+    }
+    Ok(())
+}
