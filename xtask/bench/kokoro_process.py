@@ -6,9 +6,7 @@ prints one JSON object. The process's wall time and peak RSS are measured by the
 import argparse
 import json
 import os
-import sys
 import time
-import types
 import wave
 
 ap = argparse.ArgumentParser()
@@ -23,13 +21,7 @@ args = ap.parse_args()
 for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[var] = str(args.threads)
 
-# kokoro/__init__ imports its text pipeline (misaki, spaCy, phonemizer); inference needs none.
-for name in ["attr", "misaki", "misaki.en", "misaki.espeak"]:
-    sys.modules.setdefault(name, types.ModuleType(name))
-sys.modules["attr"].attr = None
-sys.modules["misaki.en"].MToken = type("MToken", (), {})
-sys.modules["misaki"].en = sys.modules["misaki.en"]
-sys.modules["misaki"].espeak = sys.modules["misaki.espeak"]
+import kokoro_stubs  # noqa: E402,F401  (before kokoro: its text pipeline is not needed)
 
 t0 = time.perf_counter()
 import torch  # noqa: E402

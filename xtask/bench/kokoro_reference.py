@@ -6,9 +6,7 @@ Inputs come from the Rust side (token ids and style row per case) so both run th
 import argparse
 import json
 import os
-import sys
 import time
-import types
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--threads", type=int, required=True)
@@ -24,13 +22,7 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 os.environ.pop("OPENBLAS_CORETYPE", None)
 os.environ.pop("OPENBLAS_L2_SIZE", None)
 
-# kokoro/__init__ imports its text pipeline (misaki, spaCy, phonemizer); inference needs none.
-for name in ["attr", "misaki", "misaki.en", "misaki.espeak"]:
-    sys.modules.setdefault(name, types.ModuleType(name))
-sys.modules["attr"].attr = None
-sys.modules["misaki.en"].MToken = type("MToken", (), {})
-sys.modules["misaki"].en = sys.modules["misaki.en"]
-sys.modules["misaki"].espeak = sys.modules["misaki.espeak"]
+import kokoro_stubs  # noqa: E402,F401  (before kokoro: its text pipeline is not needed)
 
 import torch  # noqa: E402
 from kokoro.model import KModel  # noqa: E402

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench_synth::{measure, median, shell_words, Run};
+use crate::bench_synth::{measure, median, prepare_processes, shell_words, Run};
 use crate::machine;
 
 pub struct ProcessOpts {
@@ -48,15 +48,7 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     if !voice_file.is_file() {
         bail!("{} is missing", voice_file.display());
     }
-    eprintln!("building the f5 binary (release)…");
-    let status = Command::new(env!("CARGO")).current_dir(root).args(["build", "--release", "-q", "-p", "f5-cli"]).status()?;
-    if !status.success() {
-        bail!("cargo build --release -p f5-cli failed");
-    }
-    let f5 = root.join("target/release/f5");
-    let py = crate::reference_python();
-    let scratch = root.join("target/bench-kokoro-process");
-    std::fs::create_dir_all(&scratch)?;
+    let (f5, py, scratch) = prepare_processes(root, "bench-kokoro-process")?;
     let dir = model_dir.to_string_lossy().to_string();
     let threads = o.threads.to_string();
 

@@ -42,15 +42,7 @@ pub fn run(root: &Path, o: &SynthOpts) -> Result<()> {
     let vocoder = refmodel(root, "vocos-full")?;
     let ref_text = std::fs::read_to_string(root.join(REF_TEXT_FILE)).with_context(|| REF_TEXT_FILE.to_string())?;
     let ref_text = ref_text.trim().to_string();
-    eprintln!("building the f5 binary (release)…");
-    let status = Command::new(env!("CARGO")).current_dir(root).args(["build", "--release", "-q", "-p", "f5-cli"]).status()?;
-    if !status.success() {
-        bail!("cargo build --release -p f5-cli failed");
-    }
-    let f5 = root.join("target/release/f5");
-    let py = crate::reference_python();
-    let scratch = root.join("target/bench-synth");
-    std::fs::create_dir_all(&scratch)?;
+    let (f5, py, scratch) = prepare_processes(root, "bench-synth")?;
 
     let busy = machine::wait_idle(0.10, Duration::from_secs(120));
     let mut rows = Vec::new();
@@ -157,6 +149,19 @@ pub fn run(root: &Path, o: &SynthOpts) -> Result<()> {
         write_section(&root.join("docs/benchmarks.md"), &format!("synth-{}t", o.threads), &md)?;
     }
     Ok(())
+}
+
+/// What a fresh-process bench needs: the release `f5` binary (built now), the reference's Python
+/// and an empty-or-kept scratch folder `target/NAME`.
+pub(crate) fn prepare_processes(root: &Path, name: &str) -> Result<(PathBuf, String, PathBuf)> {
+    eprintln!("building the f5 binary (release)…");
+    let status = Command::new(env!("CARGO")).current_dir(root).args(["build", "--release", "-q", "-p", "f5-cli"]).status()?;
+    if !status.success() {
+        bail!("cargo build --release -p f5-cli failed");
+    }
+    let scratch = root.join("target").join(name);
+    std::fs::create_dir_all(&scratch)?;
+    Ok((root.join("target/release/f5"), crate::reference_python(), scratch))
 }
 
 /// Runs `cmd` to completion, polling its output file for the first audio and taking its peak
