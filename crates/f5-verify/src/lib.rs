@@ -26,15 +26,19 @@
 //! ```
 
 mod gate;
+#[cfg(feature = "http-transcriber")]
+mod http_transcriber;
 mod normalize;
 mod transcriber;
 mod wer;
 
 pub use gate::{ChunkScore, Gate, GateStatus, Gated, TotalScore, MAX_GATE_RETRIES};
+#[cfg(feature = "http-transcriber")]
+pub use http_transcriber::{Transcriber, TranscriberConfig};
 pub use normalize::{
     is_cjk_char, is_punctuation, language_for, normalize, number_words, English, Language, PassThrough, Spelling, WrittenNumber,
 };
-pub use transcriber::{wav_bytes, Transcribe, Transcriber, TranscriberConfig, MAX_CLIP_SECONDS};
+pub use transcriber::{wav_bytes, Transcribe, MAX_CLIP_SECONDS};
 pub use wer::{score, wer_of, word_errors, Score, MAX_MERGE};
 
 /// Everything that can go wrong while listening back.
