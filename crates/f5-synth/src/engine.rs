@@ -72,6 +72,7 @@ pub struct SpeakOptions {
     pub cross_fade: Option<f64>,
     /// Listen-back gate: regenerations of a misheard chunk, and the highest word error rate kept.
     pub retries: u32,
+    /// Listen-back gate: the highest word error rate a chunk is kept with.
     pub max_wer: f64,
     /// F5: ODE steps (default 32).
     pub nfe: Option<usize>,
@@ -116,6 +117,23 @@ impl Default for SpeakOptions {
         }
     }
 }
+
+setters!(SpeakOptions {
+    with_speed => speed: f64,
+    with_seed => seed: Option<u64>,
+    with_cross_fade => cross_fade: Option<f64>,
+    with_retries => retries: u32,
+    with_max_wer => max_wer: f64,
+    with_nfe => nfe: Option<usize>,
+    with_cfg => cfg: Option<f32>,
+    with_sway => sway: Option<f32>,
+    with_fix_duration => fix_duration: Option<f64>,
+    with_short_fix => short_fix: bool,
+    with_lang => lang: Option<String>,
+    with_phonemes => phonemes: bool,
+    with_word_timestamps => word_timestamps: bool,
+    with_split_on_fail => split_on_fail: bool,
+});
 
 impl SpeakOptions {
     /// The options among `named` that are set, by their command-line names.

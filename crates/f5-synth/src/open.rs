@@ -166,12 +166,36 @@ impl ModelFiles {
 }
 
 /// Where and how wide to run a model.
+///
+/// `DeviceOptions::default()` is f32 on the CPU with every core; `DeviceOptions::new(device,
+/// threads)` says both. The struct is `#[non_exhaustive]`, so a new setting is not a breaking
+/// change.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct DeviceOptions {
+    /// The backend: CPU (f32 or bf16 weights) or a CUDA device (with the `cuda` feature).
     pub device: DeviceChoice,
     /// CPU threads (0: all cores).
     pub threads: usize,
 }
+
+impl DeviceOptions {
+    /// `device` with `threads` CPU threads (0: all cores).
+    pub fn new(device: DeviceChoice, threads: usize) -> Self {
+        DeviceOptions { device, threads }
+    }
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions::new(DeviceChoice::Cpu, 0)
+    }
+}
+
+setters!(DeviceOptions {
+    with_device => device: DeviceChoice,
+    with_threads => threads: usize,
+});
 
 /// Opens a model on a device: **the** place where the backend and the family are chosen. Every
 /// caller (the CLI, the daemon's model thread) goes through here and then talks only to the
