@@ -97,3 +97,8 @@ pub enum DitError {
     #[error("{0}")]
     Input(String),
 }
+
+/// The README's example, compiled as a doctest so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -2,8 +2,7 @@
 //! 24 kHz audio out — the reference `kokoro` 0.9.4 `KModel`, stage for stage.
 //!
 //! ```no_run
-//! use f5_gpukit::CpuBackend;
-//! use f5_kokoro::{Kokoro, VoicePack};
+//! use f5_kokoro::{CpuBackend, Kokoro, VoicePack};
 //! # fn main() -> Result<(), f5_kokoro::KokoroError> {
 //! let model = Kokoro::open("kokoro-dir", CpuBackend::new())?;
 //! let voice = VoicePack::open("af_heart.pt".as_ref(), 256)?;
@@ -27,6 +26,11 @@ mod text_encoder;
 pub mod voice;
 
 pub use config::KokoroConfig;
+/// The backends a model runs on, re-exported so that `cargo add f5-kokoro` alone opens a model.
+pub use f5_gpukit::{CpuBackend, CpuBf16Backend, KitError};
+/// The CUDA backend (with the `cuda` feature).
+#[cfg(feature = "cuda")]
+pub use f5_gpukit::{CudaBackend, CudaOptions};
 pub use inspect::{inspect, KokoroSummary};
 pub use model::{Aligned, Kokoro, Speech};
 pub use prosody::frames_from_logits;
