@@ -208,7 +208,7 @@ impl<B: Backend> BiLstm<B> {
 }
 
 /// The ConvNeXt(-V2) block of F5's text encoder and of Vocos' backbone:
-/// depthwise conv → LayerNorm → Linear → GELU (erf) → [GRN] → Linear → [× layer scale] → + residual.
+/// depthwise conv → LayerNorm → Linear → GELU (erf) → (GRN) → Linear → (× layer scale) → + residual.
 /// F5's blocks have GRN (ConvNeXt-V2) and no layer scale; Vocos' the reverse.
 pub struct ConvNeXtBlock<B: Backend> {
     pub dwconv: Conv1d<B>,

@@ -149,16 +149,20 @@ impl SpeakOptions {
 /// When one word is spoken.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct WordTime {
+    /// The word as the text spelled it.
     pub word: String,
     /// Seconds from the start of the whole result.
     pub start: f64,
+    /// Seconds from the start of the whole result at which the word ends.
     pub end: f64,
 }
 
 /// What a streamed synthesis reports once its last samples were handed over.
 #[derive(Clone, Debug)]
 pub struct Spoken {
+    /// The seed the noise came from (drawn when none was asked for): give it back to repeat the result.
     pub seed: u64,
+    /// What happened to each chunk, in order: text, length, time, the listen-back verdict.
     pub chunks: Vec<ChunkReport>,
     /// The generated mels `[frames, mel_channels]` of all chunks (families that make one; else empty).
     pub mel: Vec<f32>,

@@ -4,6 +4,7 @@
 //! model (reference clipping, loudness, transcript fix, chunking by byte budget, duration
 //! estimate, one noise stream across chunks, vocoder, loudness back, cross-fade).
 
+#![warn(missing_docs)]
 /// Builder-style setters, one per field: `T::default().with_nfe(8)` keeps working when a field is
 /// added, where a struct literal would not (the option structs are `#[non_exhaustive]`).
 macro_rules! setters {

@@ -67,10 +67,22 @@ impl KokoroVoices {
 #[derive(Clone, Debug)]
 pub enum ModelFiles {
     /// An F5-TTS checkpoint, its vocabulary, and the Vocos vocoder it speaks through.
-    F5 { checkpoint: PathBuf, vocab: PathBuf, vocoder: PathBuf },
+    F5 {
+        /// The DiT weights (`.safetensors` or `.pt`), with its training YAML beside it if any.
+        checkpoint: PathBuf,
+        /// `vocab.txt`: one token per line, in the order the model's embedding was trained on.
+        vocab: PathBuf,
+        /// Vocos weights (`pytorch_model.bin` with its `config.yaml` beside it).
+        vocoder: PathBuf,
+    },
     /// A Kokoro checkpoint (a file with `config.json` beside it, or the release directory) and
     /// its voices.
-    Kokoro { checkpoint: PathBuf, voices: KokoroVoices },
+    Kokoro {
+        /// The weights file, or the directory holding `kokoro-v1_0.pth` and `config.json`.
+        checkpoint: PathBuf,
+        /// Where its voice packs are.
+        voices: KokoroVoices,
+    },
 }
 
 impl ModelFiles {

@@ -122,14 +122,31 @@ impl SynthOptions {
 pub enum Progress<'a> {
     /// Chunk `index` (0-based) of `total` starts (again, with `attempt` > 0, after the
     /// listen-back check heard too many errors).
-    Chunk { index: usize, total: usize, text: &'a str, attempt: u32 },
+    Chunk {
+        /// Which chunk, from 0.
+        index: usize,
+        /// Chunks in the whole text.
+        total: usize,
+        /// The chunk's text, as the model reads it.
+        text: &'a str,
+        /// 0 for the first try, then each regeneration.
+        attempt: u32,
+    },
     /// `step` of `steps` forwards of the current chunk are done.
-    Step { chunk: usize, step: usize, steps: usize },
+    Step {
+        /// Which chunk, from 0.
+        chunk: usize,
+        /// Forwards done so far.
+        step: usize,
+        /// Forwards the chunk takes (steps, twice that with the midpoint solver).
+        steps: usize,
+    },
 }
 
 /// What happened to one chunk.
 #[derive(Clone, Debug)]
 pub struct ChunkReport {
+    /// The chunk's text, as the model read it.
     pub text: String,
     /// Frames sampled, reference included.
     pub frames: usize,
@@ -137,6 +154,7 @@ pub struct ChunkReport {
     pub short_fix_frames: usize,
     /// Frames of new speech handed to the vocoder.
     pub generated_frames: usize,
+    /// Samples this chunk added to the result, before the cross-fade.
     pub samples: usize,
     /// Wall time of this chunk in seconds, all attempts.
     pub seconds: f64,
@@ -164,7 +182,9 @@ pub struct Audio {
     pub samples: Vec<f32>,
     /// The generated mels `[frames, 100]` of all chunks, concatenated (no cross-fade on mels).
     pub mel: Vec<f32>,
+    /// The seed the noise came from (drawn when none was asked for): give it back to repeat the result.
     pub seed: u64,
+    /// What happened to each chunk, in order.
     pub chunks: Vec<ChunkReport>,
     /// All chunks' listen-back scores together.
     pub score: TotalScore,
@@ -199,6 +219,7 @@ pub struct CrossFader {
 }
 
 impl CrossFader {
+    /// A fader whose overlap is `fade_samples` (0: chunks are butt-joined).
     pub fn new(fade_samples: usize) -> Self {
         CrossFader { fade: fade_samples, tail: Vec::new(), total: 0 }
     }
@@ -226,14 +247,19 @@ impl CrossFader {
 
 /// A transcriber to listen to each chunk with, and the language its text is normalised in.
 pub struct ListenBack {
+    /// What turns each chunk back into text (an HTTP [`crate::Transcriber`] or one's own).
     pub transcriber: Box<dyn Transcribe + Send + Sync>,
+    /// How both texts are normalised before counting word errors (numbers, case, punctuation).
     pub language: &'static dyn Language,
 }
 
 /// The model, the vocoder and the vocabulary, ready to speak.
 pub struct Synthesizer<B: Backend> {
+    /// The diffusion transformer.
     pub model: F5Model<B>,
+    /// The vocoder that turns its mels into samples.
     pub vocoder: Vocos<B>,
+    /// The checkpoint's vocabulary: text to token ids.
     pub vocab: Vocab,
     /// When set, every chunk is transcribed and regenerated while it is misheard.
     pub listen: Option<ListenBack>,

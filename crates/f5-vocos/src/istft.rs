@@ -51,7 +51,7 @@ impl std::fmt::Debug for IstftPlan {
 }
 
 impl IstftPlan {
-    /// Plans the inverse for an even `n_fft` (2..=[`MAX_N_FFT`]) and `1 ≤ hop ≤ n_fft`.
+    /// Plans the inverse for an even `n_fft` (2..=`MAX_N_FFT`, 65536) and `1 ≤ hop ≤ n_fft`.
     pub fn new(n_fft: usize, hop: usize) -> Result<Self, VocosError> {
         let mut planner = RealFftPlanner::<f32>::new();
         Self::with_planner(n_fft, hop, &mut planner)
