@@ -70,10 +70,12 @@ impl IstftPlan {
         Ok(IstftPlan { n_fft, hop, window, window_sq, inverse: planner.plan_fft_inverse(n_fft) })
     }
 
+    /// The FFT size the plan was made for.
     pub fn n_fft(&self) -> usize {
         self.n_fft
     }
 
+    /// Samples between frames.
     pub fn hop(&self) -> usize {
         self.hop
     }
