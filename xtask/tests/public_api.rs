@@ -45,7 +45,10 @@ fn is_test_only(attrs: &[Attribute]) -> bool {
 }
 
 fn is_hidden(attrs: &[Attribute]) -> bool {
-    attrs.iter().any(|a| a.path().is_ident("doc") && a.to_token_stream().to_string().contains("hidden"))
+    attrs.iter().any(|a| match &a.meta {
+        syn::Meta::List(list) => list.path.is_ident("doc") && list.tokens.to_string() == "hidden",
+        _ => false,
+    })
 }
 
 /// Attributes that are part of the API (`non_exhaustive`, `cfg(feature)`, `doc(hidden)`,
@@ -83,6 +86,10 @@ fn tidy(tokens: &str) -> String {
         ("! [", "!["),
         (" (", "("),
         (" : ", ": "),
+        // a trailing comma is formatting, not API
+        (", }", " }"),
+        (",)", ")"),
+        (", >", ">"),
     ] {
         s = s.replace(from, to);
     }
@@ -317,7 +324,11 @@ fn the_scan_sees_pub_items_and_only_those() {
         #[cfg(test)]
         mod tests { pub fn helper() {} }
         pub enum Choice { A, B { x: u32 } }
-        impl Options { pub fn with_steps(self, n: usize) -> Self { self } fn hidden(&self) {} }
+        impl Options { pub fn with_steps(self, n: usize) -> Self { self } fn internal(&self) {} }
+        /// The hidden layer's width (a doc comment that merely says "hidden").
+        pub fn layer() {}
+        #[doc(hidden)]
+        pub fn stage() {}
     "#;
     let parsed = syn::parse_file(src).expect("parses");
     let mut lines = Vec::new();
@@ -328,7 +339,9 @@ fn the_scan_sees_pub_items_and_only_those() {
     assert!(all.contains("#[non_exhaustive] pub struct Options { pub steps: usize }"), "{all}");
     assert!(all.contains("impl Options: pub fn with_steps(self, n: usize) -> Self"), "{all}");
     assert!(all.contains("pub enum Choice { A, B { x: u32 } }"), "{all}");
-    for absent in ["private", "secret", "helper", "hidden", "Docs"] {
+    assert!(all.contains("#[doc(hidden)] pub fn stage()"), "{all}");
+    assert!(all.contains("\npub fn layer()"), "{all}");
+    for absent in ["private", "secret", "helper", "internal", "Docs", "width"] {
         assert!(!all.contains(absent), "{absent} leaked into the API: {all}");
     }
 }
