@@ -269,7 +269,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let started = Instant::now();
     let device = f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)?;
     let threads = crate::limits::clamp_threads(args.threads);
-    let mut engine = f5_synth::open_engine(&files, f5_synth::DeviceOptions { device, threads })?;
+    let mut engine = f5_synth::open_engine(&files, f5_synth::DeviceOptions::new(device, threads))?;
     if !args.quiet {
         eprintln!("model: {}", engine.describe());
     }

@@ -214,8 +214,8 @@ fn random_model<B: Backend>(a: Arch, kit: B, seed: u64) -> AnyResult<F5Model<B>>
 /// One utterance's state for `n` frames with CFG (batch 2): a quarter of the frames as
 /// reference, one text token per four frames, one flow time, a random noisy mel.
 struct Utterance<B: Backend> {
-    prep: f5_dit::Prepared<B>,
-    mods: f5_dit::Modulations<B>,
+    prep: f5_dit::internals::Prepared<B>,
+    mods: f5_dit::internals::Modulations<B>,
     x: B::Buf,
 }
 
@@ -263,10 +263,10 @@ fn sample_tiny<B: Backend>(model: &f5_dit::F5Model<B>) -> AnyResult<(Vec<f32>, f
     let t = Instant::now();
     let ref_samples = 2 * duration::SAMPLE_RATE;
     let ref_frames = ref_samples / duration::HOP + 1;
-    let reference = vec![-5.0f32; ref_frames * model.config.mel_dim];
+    let reference = vec![-5.0f32; ref_frames * model.config().mel_dim];
     let ids: Vec<u32> = (0..40).map(|i| 10 + i % 60).collect();
     let frames = duration::sampled_frames(duration::estimate_frames(ref_samples, 30, 40, 1.0, None), ids.len(), ref_samples);
-    let opts = SampleOptions { steps: 8, ..SampleOptions::default() };
+    let opts = SampleOptions::default().with_steps(8);
     let mel = model.sample(&ids, &reference, frames, Noise::Seed(42), &opts, &mut |_, _| {})?;
     Ok((mel, t.elapsed().as_secs_f64()))
 }
@@ -387,7 +387,7 @@ fn cpu_only() -> AnyResult<bool> {
     let pred = model.kit().download(&utt.prep.pred)?;
     let finite = pred.iter().all(|v| v.is_finite());
     let rms = (pred.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / pred.len().max(1) as f64).sqrt();
-    let report = json!({ "check": "cpu_only_small_forward", "params": model.config.params, "values": pred.len(),
+    let report = json!({ "check": "cpu_only_small_forward", "params": model.config().params, "values": pred.len(),
                          "rms": rms, "finite": finite, "seconds": t.elapsed().as_secs_f64(), "ok": finite && rms > 0.0 });
     println!("{report}");
     Ok(finite && rms > 0.0)

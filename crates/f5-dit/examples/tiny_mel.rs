@@ -17,14 +17,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("tiny_mel.npy"));
     let ckpt = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/f5-tiny-v1/model.safetensors");
     let model = F5Model::open(&ckpt, CpuBackend::new(), &Overrides::default())?;
-    let mel_dim = model.config.mel_dim;
+    let mel_dim = model.config().mel_dim;
     // A 2-second "reference" (its frames are kept as they are) and 40 tokens of text.
     let ref_samples = 2 * duration::SAMPLE_RATE;
     let ref_frames = ref_samples / duration::HOP + 1;
     let reference = vec![-5.0f32; ref_frames * mel_dim];
     let ids: Vec<u32> = (0..40).map(|i| 10 + i % 60).collect();
     let frames = duration::sampled_frames(duration::estimate_frames(ref_samples, 30, 40, 1.0, None), ids.len(), ref_samples);
-    let opts = SampleOptions { steps: 8, ..SampleOptions::default() };
+    let opts = SampleOptions::default().with_steps(8);
     let mel = model.sample(&ids, &reference, frames, Noise::Seed(42), &opts, &mut |done, total| eprint!("\rstep {done}/{total}"))?;
     eprintln!();
     let file = std::io::BufWriter::new(std::fs::File::create(&out)?);
@@ -34,8 +34,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{}: {frames} frames × {mel_dim} mel channels ({} config, {} parameters)",
         out.display(),
-        model.config.variant().map_or("mixed", |v| v.name()),
-        model.config.params
+        model.config().variant().map_or("mixed", |v| v.name()),
+        model.config().params
     );
     Ok(())
 }

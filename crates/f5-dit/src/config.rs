@@ -25,6 +25,7 @@ pub enum Variant {
 }
 
 impl Variant {
+    /// The short name configs and logs use (`v0`, `v1`).
     pub fn name(self) -> &'static str {
         match self {
             Variant::V0 => "v0",
@@ -45,29 +46,58 @@ pub enum TraitSource {
 }
 
 /// What a caller may state about a checkpoint that its shapes do not show.
+///
+/// `Overrides::default()` states nothing (the file and a training config beside it decide);
+/// `Overrides::default().with_variant(Some(Variant::V0))` is how a fine-tune of the first release
+/// that ships without its config is opened.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct Overrides {
+    /// Attention heads, for a fine-tune with other than 64-wide heads.
     pub heads: Option<usize>,
+    /// The generation whose forward-pass traits apply.
     pub variant: Option<Variant>,
 }
 
+setters!(Overrides {
+    with_heads => heads: Option<usize>,
+    with_variant => variant: Option<Variant>,
+});
+
 /// Everything the forward pass needs to know about a checkpoint.
+///
+/// Normally read from the file ([`F5Config::infer`]); it stays constructible in code for a
+/// checkpoint whose architecture is known in advance: `F5Config::default()` is F5TTS_v1_Base,
+/// changed with the `with_*` setters and handed to [`crate::F5Model::from_checkpoint`], which
+/// checks it against every tensor.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct F5Config {
     /// What every tensor name starts with, e.g. `ema_model.transformer.`.
     pub prefix: String,
+    /// Width of the transformer's residual stream.
     pub dim: usize,
+    /// Transformer blocks.
     pub depth: usize,
+    /// Attention heads (`dim = heads · dim_head`).
     pub heads: usize,
+    /// Width of one attention head; rotary embedding needs it even.
     pub dim_head: usize,
+    /// Hidden width of each block's feed-forward layer (`ff_mult · dim`).
     pub ff_inner: usize,
+    /// Width of the text encoder.
     pub text_dim: usize,
     /// Rows of the text embedding table: the vocabulary size + 1 (row 0 is the filler).
     pub text_rows: usize,
+    /// ConvNeXt blocks in the text encoder (0: the embedding alone).
     pub conv_layers: usize,
+    /// Kernel of the text encoder's depthwise convolutions.
     pub text_conv_kernel: usize,
+    /// Mel channels of the vocoder the model was trained for (100 for Vocos).
     pub mel_dim: usize,
+    /// Kernel of the convolutional position embedding.
     pub conv_pos_kernel: usize,
+    /// Groups of the convolutional position embedding (must divide `dim`).
     pub conv_pos_groups: usize,
     /// Sinusoidal features fed to the timestep MLP (256 in every release).
     pub time_freq_dim: usize,
@@ -75,9 +105,57 @@ pub struct F5Config {
     pub text_mask_padding: bool,
     /// v0 trait: rotary embedding only on the first this-many heads (`None` = every head).
     pub pe_attn_head: Option<usize>,
+    /// Where the traits that the shapes cannot show came from.
     pub source: TraitSource,
+    /// Parameters of the model in the file (0 for a config built in code: nothing was counted).
     pub params: usize,
 }
+
+/// F5TTS_v1_Base, the released model most checkpoints are fine-tuned from.
+impl Default for F5Config {
+    fn default() -> Self {
+        F5Config {
+            prefix: "ema_model.transformer.".into(),
+            dim: 1024,
+            depth: 22,
+            heads: 16,
+            dim_head: 64,
+            ff_inner: 2048,
+            text_dim: 512,
+            // The released vocabulary has 2545 entries.
+            text_rows: 2546,
+            conv_layers: 4,
+            text_conv_kernel: 7,
+            mel_dim: 100,
+            conv_pos_kernel: 31,
+            conv_pos_groups: 16,
+            time_freq_dim: 256,
+            text_mask_padding: true,
+            pe_attn_head: None,
+            source: TraitSource::Default,
+            params: 0,
+        }
+    }
+}
+
+setters!(F5Config {
+    with_prefix => prefix: String,
+    with_dim => dim: usize,
+    with_depth => depth: usize,
+    with_heads => heads: usize,
+    with_dim_head => dim_head: usize,
+    with_ff_inner => ff_inner: usize,
+    with_text_dim => text_dim: usize,
+    with_text_rows => text_rows: usize,
+    with_conv_layers => conv_layers: usize,
+    with_text_conv_kernel => text_conv_kernel: usize,
+    with_mel_dim => mel_dim: usize,
+    with_conv_pos_kernel => conv_pos_kernel: usize,
+    with_conv_pos_groups => conv_pos_groups: usize,
+    with_time_freq_dim => time_freq_dim: usize,
+    with_text_mask_padding => text_mask_padding: bool,
+    with_pe_attn_head => pe_attn_head: Option<usize>,
+});
 
 impl F5Config {
     /// ff_mult as the training config states it.
@@ -97,6 +175,45 @@ impl F5Config {
             (false, Some(1)) => Some(Variant::V0),
             _ => None,
         }
+    }
+
+    /// Refuses a configuration the forward pass cannot run (a hand-built one; what
+    /// [`F5Config::infer`] returns always passes), before any weight is uploaded.
+    pub fn validate(&self) -> Result<(), DitError> {
+        let bad = |m: String| Err(DitError::Config(m));
+        let nonzero = [
+            ("dim", self.dim),
+            ("depth", self.depth),
+            ("heads", self.heads),
+            ("dim_head", self.dim_head),
+            ("ff_inner", self.ff_inner),
+            ("text_dim", self.text_dim),
+            ("text_rows", self.text_rows),
+            ("text_conv_kernel", self.text_conv_kernel),
+            ("mel_dim", self.mel_dim),
+            ("conv_pos_kernel", self.conv_pos_kernel),
+            ("conv_pos_groups", self.conv_pos_groups),
+            ("time_freq_dim", self.time_freq_dim),
+        ];
+        if let Some((name, _)) = nonzero.iter().find(|(_, v)| *v == 0) {
+            return bad(format!("{name} is zero"));
+        }
+        if self.heads.checked_mul(self.dim_head) != Some(self.dim) {
+            return bad(format!("{} heads of width {} do not make dim {}", self.heads, self.dim_head, self.dim));
+        }
+        if !self.dim_head.is_multiple_of(2) {
+            return bad(format!("head width {} is odd; rotary embedding needs pairs", self.dim_head));
+        }
+        if !self.dim.is_multiple_of(self.conv_pos_groups) {
+            return bad(format!("{} position-convolution groups do not divide dim {}", self.conv_pos_groups, self.dim));
+        }
+        if self.time_freq_dim < 4 || !self.time_freq_dim.is_multiple_of(2) {
+            return bad(format!("time_freq_dim {} must be even and at least 4", self.time_freq_dim));
+        }
+        if !self.text_dim.is_multiple_of(2) {
+            return bad(format!("text_dim {} is odd; its position code needs pairs", self.text_dim));
+        }
+        Ok(())
     }
 
     /// Reads the architecture of `ckpt` (opened from `path`, whose directory is searched for a

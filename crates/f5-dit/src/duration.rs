@@ -3,6 +3,7 @@
 
 /// Samples per mel frame at 24 kHz.
 pub const HOP: usize = 256;
+/// The output rate the released models were trained at; every frame count assumes it.
 pub const SAMPLE_RATE: usize = 24_000;
 
 /// Under this many UTF-8 bytes of new text the reference slows the estimate to speed 0.3: a very

@@ -8,6 +8,7 @@
 //! computed for all of the schedule's times in one matrix product before the first step.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use f5_gpukit::{Activation, AttentionSpec, Backend, Conv1dSpec, GemmSpec, MatLayout, RopeSpec, StridedRows};
 use f5_nn::{ConvNeXtBlock, Linear, NnError, Scope, Weights};
@@ -17,6 +18,10 @@ use crate::config::{F5Config, Overrides};
 use crate::DitError;
 
 const EPS: f32 = 1e-6;
+
+/// Gives every loaded model its own number, so per-utterance state built by one model is refused
+/// by another (its buffers are sized for the other's depth and width).
+static NEXT_MODEL_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Receives named intermediate tensors of a forward (see [`F5Model::forward`]).
 pub type Trace<'a> = &'a mut dyn FnMut(&str, Vec<f32>);
@@ -34,7 +39,9 @@ struct Block<B: Backend> {
 /// An F5-TTS DiT with its weights on a device.
 pub struct F5Model<B: Backend> {
     pub(crate) kit: B,
-    pub config: F5Config,
+    config: F5Config,
+    /// Which model built a [`Modulations`] or [`Prepared`]; see [`NEXT_MODEL_ID`].
+    id: u64,
     time1: Linear<B>,
     time2: Linear<B>,
     text_table: B::Buf,
@@ -77,7 +84,12 @@ impl<B: Backend> F5Model<B> {
     /// Uploads the weights of an already opened checkpoint with a known architecture. Each
     /// tensor's mapped pages are dropped once copied, so the file and the weights are never
     /// resident together.
+    ///
+    /// A hand-built `config` is checked for consistency first (heads × head width = dim, an
+    /// even head width, groups that divide dim) and every tensor against it, so a wrong one is an
+    /// error, never a panic later.
     pub fn from_checkpoint(ckpt: Checkpoint, config: F5Config, kit: B) -> Result<Self, DitError> {
+        config.validate()?;
         let mut weights = Weights::from_checkpoint(ckpt)?;
         let c = &config;
         let mut l = weights.scope(c.prefix.trim_end_matches('.'));
@@ -132,14 +144,47 @@ impl<B: Backend> F5Model<B> {
             proj_out: linear(&mut l, &kit, "proj_out", c.mel_dim, d)?,
             inv_freq,
             config,
+            id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed),
             kit,
         })
     }
 
+    /// The backend the weights live on: callers upload inputs and download results through it.
     pub fn kit(&self) -> &B {
         &self.kit
     }
 
+    /// The architecture, as read from the checkpoint (read-only: the weights were shaped by it).
+    pub fn config(&self) -> &F5Config {
+        &self.config
+    }
+
+    /// One forward of the transformer: the velocity field at time `t` (0 = noise, 1 = speech)
+    /// for the noisy mel `x` (`[frames, mel]`), given vocabulary `ids` and the reference mel
+    /// `cond` (`[ref_frames, mel]`, `ref_frames <= frames`). With `cfg` the result is two rows,
+    /// `[2·frames, mel]`, conditional first, then with the text dropped; without, `[frames, mel]`.
+    ///
+    /// This is what [`F5Model::sample`] calls once per step; on its own it is what a caller needs
+    /// to compare the model with another implementation or to drive a solver of its own.
+    pub fn velocity(&self, ids: &[u32], cond: &[f32], x: &[f32], t: f32, cfg: bool) -> Result<Vec<f32>, DitError> {
+        let mel = self.config.mel_dim;
+        if !t.is_finite() {
+            return Err(DitError::Input(format!("time {t} is not a finite number")));
+        }
+        if x.is_empty() || !x.len().is_multiple_of(mel) {
+            return Err(DitError::Input(format!("noisy mel has {} values: not a whole, non-zero number of {mel}-channel frames", x.len())));
+        }
+        let frames = x.len() / mel;
+        let mods = self.modulations(&[t])?;
+        let mut prep = self.prepare(ids, cond, frames, cfg)?;
+        let xb = self.kit.upload(x)?;
+        self.forward(&mut prep, &mods, 0, &xb, None)?;
+        let mut out = self.kit.download(&prep.pred)?;
+        out.truncate(prep.rows * frames * mel);
+        Ok(out)
+    }
+
+    #[doc(hidden)]
     /// The text encoder's output `[n, text_dim]` for one CFG row. `ids` are vocabulary ids
     /// (before the model's +1 shift); `drop_text` is the unconditional row, whose characters
     /// all become the filler but whose padding mask (v1) is still the real text's.
@@ -185,6 +230,7 @@ impl<B: Backend> F5Model<B> {
         Ok(x)
     }
 
+    #[doc(hidden)]
     /// Timestep embeddings `[times.len(), dim]`: sinusoidal features (sin first, then cos, of
     /// `1000·t·exp(−i·ln(10⁴)/(half−1))`) through the two-layer MLP.
     pub fn time_embed(&self, times: &[f32]) -> Result<B::Buf, DitError> {
@@ -200,6 +246,7 @@ impl<B: Backend> F5Model<B> {
         Ok(t)
     }
 
+    #[doc(hidden)]
     /// Every block's adaLN modulation and the final layer's for each of `times`, in one pass:
     /// the schedule is known before the first step, so 23 matrix-vector products per step
     /// become 23 matrix-matrix products per utterance.
@@ -219,9 +266,10 @@ impl<B: Backend> F5Model<B> {
             .collect::<Result<Vec<_>, DitError>>()?;
         let mut out = kit.alloc(s * 2 * d)?;
         self.norm_out.apply(kit, &t, s, &mut out)?;
-        Ok(Modulations { times: times.to_vec(), blocks, out })
+        Ok(Modulations { times: times.to_vec(), blocks, out, model: self.id })
     }
 
+    #[doc(hidden)]
     /// The per-utterance state: both text encodings, the reference-and-text part of the input
     /// projection, rotary tables and scratch for `n` frames. `cond` is the reference mel
     /// `[ref_frames, mel]` (frames past it are zero); `rows` is 2 with CFG, 1 without.
@@ -284,6 +332,7 @@ impl<B: Backend> F5Model<B> {
         }
         let bn = rows * n;
         Ok(Prepared {
+            model: self.id,
             n,
             rows,
             base,
@@ -306,6 +355,7 @@ impl<B: Backend> F5Model<B> {
         })
     }
 
+    #[doc(hidden)]
     /// One forward at time `mods.times[step]` for the noisy mel `x` (`[n, mel]`, shared by both
     /// rows): the velocity `[rows·n, mel]` in `prep.pred`, conditional row first.
     ///
@@ -325,6 +375,12 @@ impl<B: Backend> F5Model<B> {
         let bn = rows * n;
         if step >= mods.times.len() {
             return Err(DitError::Input(format!("step {step} past a schedule of {} times", mods.times.len())));
+        }
+        if mods.model != self.id || prep.model != self.id {
+            return Err(DitError::Input("modulations or per-utterance state were built by another model".into()));
+        }
+        if kit.len(x) < n * mel {
+            return Err(DitError::Input(format!("noisy mel has {} values, {n} frames need {}", kit.len(x), n * mel)));
         }
         let mut emit = |name: &str, buf: &B::Buf, len: usize| -> Result<(), DitError> {
             if let Some(t) = trace.as_deref_mut() {
@@ -406,17 +462,24 @@ impl<B: Backend> F5Model<B> {
 
 /// Modulation vectors for a schedule: per block `[times, 6·dim]`, final `[times, 2·dim]`.
 pub struct Modulations<B: Backend> {
+    /// The schedule's times, in the order the steps use them.
     pub times: Vec<f32>,
+    model: u64,
     blocks: Vec<B::Buf>,
     out: B::Buf,
 }
 
 /// Per-utterance state and scratch; see [`F5Model::prepare`].
 pub struct Prepared<B: Backend> {
+    model: u64,
+    /// Frames generated (reference included).
     pub n: usize,
+    /// 2 with classifier-free guidance (conditional row first), 1 without.
     pub rows: usize,
     base: B::Buf,
+    /// The text encoder's output for the conditional row, `[n, text_dim]`.
     pub text_cond: B::Buf,
+    /// The same with the text dropped (the unconditional row), when guidance is on.
     pub text_uncond: Option<B::Buf>,
     cos: B::Buf,
     sin: B::Buf,

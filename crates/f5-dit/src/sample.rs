@@ -24,7 +24,11 @@ pub enum Noise<'a> {
 }
 
 /// Sampling settings; the defaults are the reference inference defaults.
+///
+/// Build with `SampleOptions::default().with_steps(8)`: the struct is `#[non_exhaustive]` so a new
+/// setting is not a breaking change.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct SampleOptions {
     /// Steps of the ODE (`nfe_step`).
     pub steps: usize,
@@ -32,6 +36,7 @@ pub struct SampleOptions {
     pub cfg_strength: f32,
     /// Sway sampling coefficient (−1 in the reference); `None` leaves the grid as it is.
     pub sway: Option<f32>,
+    /// How each step integrates the velocity (Euler in the reference).
     pub solver: Solver,
     /// Use the pruned EPSS grids for the step counts that have one (5, 6, 7, 10, 12, 16).
     pub use_epss: bool,
@@ -42,6 +47,14 @@ impl Default for SampleOptions {
         SampleOptions { steps: 32, cfg_strength: 2.0, sway: Some(-1.0), solver: Solver::Euler, use_epss: true }
     }
 }
+
+setters!(SampleOptions {
+    with_steps => steps: usize,
+    with_cfg_strength => cfg_strength: f32,
+    with_sway => sway: Option<f32>,
+    with_solver => solver: Solver,
+    with_use_epss => use_epss: bool,
+});
 
 impl<B: Backend> F5Model<B> {
     /// Generates `frames` mel frames (`[frames, mel]`, row-major) that continue the reference
@@ -59,7 +72,7 @@ impl<B: Backend> F5Model<B> {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Vec<f32>, DitError> {
         let kit = &self.kit;
-        let mel = self.config.mel_dim;
+        let mel = self.config().mel_dim;
         if opts.steps == 0 {
             return Err(DitError::Input("zero sampling steps".into()));
         }
@@ -85,7 +98,7 @@ impl<B: Backend> F5Model<B> {
         let mut y_mid = kit.alloc(len)?;
         let total = evals.len();
         let mut done = 0;
-        let mut velocity = |step: usize, y: &B::Buf, out: &mut B::Buf, prep: &mut crate::Prepared<B>| -> Result<(), DitError> {
+        let mut velocity = |step: usize, y: &B::Buf, out: &mut B::Buf, prep: &mut crate::internals::Prepared<B>| -> Result<(), DitError> {
             self.forward(prep, &mods, step, y, None)?;
             if cfg {
                 kit.cfg_combine(&prep.pred, len, opts.cfg_strength, out)?;

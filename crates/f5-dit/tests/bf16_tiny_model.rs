@@ -11,10 +11,10 @@ use f5_gpukit::{cpu_bf16_missing_feature, Backend, CpuBackend, CpuBf16Backend};
 fn sample<B: Backend>(model: &F5Model<B>) -> Vec<f32> {
     let ref_samples = 2 * duration::SAMPLE_RATE;
     let ref_frames = ref_samples / duration::HOP + 1;
-    let reference = vec![-5.0f32; ref_frames * model.config.mel_dim];
+    let reference = vec![-5.0f32; ref_frames * model.config().mel_dim];
     let ids: Vec<u32> = (0..40).map(|i| 10 + i % 60).collect();
     let frames = duration::sampled_frames(duration::estimate_frames(ref_samples, 30, 40, 1.0, None), ids.len(), ref_samples);
-    let opts = SampleOptions { steps: 8, ..SampleOptions::default() };
+    let opts = SampleOptions::default().with_steps(8);
     model.sample(&ids, &reference, frames, Noise::Seed(42), &opts, &mut |_, _| {}).unwrap()
 }
 

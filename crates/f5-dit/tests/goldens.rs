@@ -49,7 +49,7 @@ const N: usize = 311;
 
 fn stages(v: &str, file: &str) {
     let model = open(v, file);
-    let c = &model.config;
+    let c = model.config();
     let (d, mel) = (c.dim, c.mel_dim);
     let kit = model.kit();
     let ids = npy_ids(&format!("{v}_text_ids.npy"));
@@ -109,7 +109,8 @@ fn sample(v: &str, seed: u64) {
     let ids = npy_ids(&format!("{v}_text_ids.npy"));
     let cond = npy_f32(&format!("{v}_cond.npy"));
     let ref_frames = 179;
-    let opts = SampleOptions { steps: 8, cfg_strength: 2.0, sway: Some(-1.0), solver: Solver::Euler, use_epss: true };
+    let opts =
+        SampleOptions::default().with_steps(8).with_cfg_strength(2.0).with_sway(Some(-1.0)).with_solver(Solver::Euler).with_use_epss(true);
     let mut calls = 0;
     let out = model.sample(&ids, &cond[..ref_frames * 100], N, Noise::Seed(seed), &opts, &mut |_, _| calls += 1).unwrap();
     assert_eq!(calls, 8);
@@ -134,7 +135,7 @@ fn architecture_inference() {
     for (v, variant) in [("v1", Variant::V1), ("v0", Variant::V0)] {
         for file in ["model.safetensors", "model.pt"] {
             let model = open(v, file);
-            let c = &model.config;
+            let c = model.config();
             assert_eq!((c.dim, c.heads, c.dim_head, c.text_dim, c.conv_layers, c.mel_dim), (64, 2, 32, 16, 2, 100), "{v}/{file}");
             assert_eq!(c.depth, if v == "v1" { 2 } else { 1 });
             assert_eq!(c.text_rows, 2546);
@@ -158,9 +159,9 @@ fn wrong_traits_break_the_forward() {
     let want = npy_f32("v1_forward_t0.25.npy");
     let path = fixtures().join("models/f5-tiny-v1/model.safetensors");
     // A head count that contradicts the stored rotary buffer is refused, naming both.
-    let err = F5Model::open(&path, CpuBackend::new(), &Overrides { variant: None, heads: Some(1) }).err().expect("heads=1 accepted");
+    let err = F5Model::open(&path, CpuBackend::new(), &Overrides::default().with_heads(Some(1))).err().expect("heads=1 accepted");
     assert!(err.to_string().contains("inv_freq"), "{err}");
-    for ov in [Overrides { variant: Some(Variant::V0), heads: None }, Overrides { variant: Some(Variant::V1), heads: None }] {
+    for ov in [Overrides::default().with_variant(Some(Variant::V0)), Overrides::default().with_variant(Some(Variant::V1))] {
         let model = F5Model::open(&path, CpuBackend::new(), &ov).unwrap();
         let kit = model.kit();
         let mods = model.modulations(&[0.25]).unwrap();
@@ -174,4 +175,86 @@ fn wrong_traits_break_the_forward() {
             assert!(e > 1e-3, "{ov:?} still matched (rel-L2 {e:e})");
         }
     }
+}
+
+/// The supported single forward gives the reference's velocity (both guidance rows), and its
+/// input checks refuse what would not fit instead of panicking.
+#[test]
+fn velocity_matches_the_reference_forward() {
+    let model = open("v1", "model.safetensors");
+    let ids = npy_ids("v1_text_ids.npy");
+    let cond = npy_f32("v1_cond.npy");
+    let x = npy_f32("v1_x.npy");
+    let want = npy_f32("v1_forward_t0.25.npy");
+    let both = model.velocity(&ids, &cond, &x[..N * 100], 0.25, true).unwrap();
+    assert_eq!(both.len(), 2 * N * 100);
+    check("velocity t=0.25", &both, &want, 1e-5);
+    let conditional = model.velocity(&ids, &cond, &x[..N * 100], 0.25, false).unwrap();
+    check("velocity t=0.25 without guidance", &conditional, &want[..N * 100], 1e-5);
+    // The wrong time must not match: the check above can fail.
+    let late = model.velocity(&ids, &cond, &x[..N * 100], 0.8, false).unwrap();
+    assert!(rel_l2(&late, &want[..N * 100]) > 1e-3);
+
+    for (what, err) in [
+        ("ragged x", model.velocity(&ids, &cond, &x[..N * 100 - 1], 0.25, true)),
+        ("empty x", model.velocity(&ids, &cond, &[], 0.25, true)),
+        ("reference longer than x", model.velocity(&ids, &cond, &x[..10 * 100], 0.25, true)),
+        ("NaN time", model.velocity(&ids, &cond, &x[..N * 100], f32::NAN, true)),
+        ("id past the vocabulary", model.velocity(&[5000], &cond, &x[..N * 100], 0.25, true)),
+    ] {
+        assert!(matches!(err, Err(f5_dit::DitError::Input(_))), "{what}: {:?}", err.map(|v| v.len()));
+    }
+}
+
+/// Per-utterance state from one model handed to another (here a deeper one, whose forward
+/// would index blocks the state does not have) is an error, not a panic.
+#[test]
+fn state_from_another_model_is_refused() {
+    let v1 = open("v1", "model.safetensors");
+    let v0 = open("v0", "model.safetensors");
+    assert_ne!(v1.config().depth, v0.config().depth);
+    let ids = npy_ids("v1_text_ids.npy");
+    let cond = npy_f32("v1_cond.npy");
+    let x = v1.kit().upload(&npy_f32("v1_x.npy")).unwrap();
+    let shallow_mods = v0.modulations(&[0.25]).unwrap();
+    let mut prep = v1.prepare(&ids, &cond, N, true).unwrap();
+    let err = v1.forward(&mut prep, &shallow_mods, 0, &x, None).unwrap_err();
+    assert!(matches!(err, f5_dit::DitError::Input(_)), "{err}");
+    let mods = v1.modulations(&[0.25]).unwrap();
+    let mut foreign_prep = v0.prepare(&ids, &cond, N, true).unwrap();
+    assert!(v1.forward(&mut foreign_prep, &mods, 0, &x, None).is_err());
+    // The same model's own state still runs.
+    v1.forward(&mut prep, &mods, 0, &x, None).unwrap();
+}
+
+/// A configuration built in code opens the matching file, and an inconsistent one is refused
+/// before any weight is read.
+#[test]
+fn hand_built_config() {
+    let path = fixtures().join("models/f5-tiny-v1/model.safetensors");
+    let tiny = f5_dit::F5Config::default()
+        .with_dim(64)
+        .with_depth(2)
+        .with_heads(2)
+        .with_dim_head(32)
+        .with_ff_inner(128)
+        .with_text_dim(16)
+        .with_conv_layers(2);
+    let ckpt = f5_torchpt::Checkpoint::open(&path).unwrap();
+    let model = F5Model::from_checkpoint(ckpt, tiny.clone(), CpuBackend::new()).unwrap();
+    let inferred = open("v1", "model.safetensors");
+    let (ids, cond, x) = (npy_ids("v1_text_ids.npy"), npy_f32("v1_cond.npy"), npy_f32("v1_x.npy"));
+    let a = model.velocity(&ids, &cond, &x[..N * 100], 0.25, false).unwrap();
+    let b = inferred.velocity(&ids, &cond, &x[..N * 100], 0.25, false).unwrap();
+    assert_eq!(a, b, "same weights, same architecture, same forward");
+
+    for bad in [tiny.clone().with_heads(3), tiny.clone().with_dim_head(31).with_heads(2), tiny.clone().with_conv_pos_groups(0)] {
+        let ckpt = f5_torchpt::Checkpoint::open(&path).unwrap();
+        let err = F5Model::from_checkpoint(ckpt, bad, CpuBackend::new()).err().expect("bad config accepted");
+        assert!(matches!(err, f5_dit::DitError::Config(_)), "{err}");
+    }
+    // Consistent but unlike the file: a shape error names the tensor.
+    let ckpt = f5_torchpt::Checkpoint::open(&path).unwrap();
+    let err = F5Model::from_checkpoint(ckpt, tiny.with_ff_inner(256), CpuBackend::new()).err().expect("wrong ff accepted");
+    assert!(matches!(err, f5_dit::DitError::Shape { .. }), "{err}");
 }

@@ -9,6 +9,7 @@
 //!
 //! espeak-ng (GPL-3.0) is run as a subprocess, never linked; see [`espeak`].
 
+#![warn(missing_docs)]
 mod chunk;
 mod english;
 pub mod espeak;
@@ -30,25 +31,47 @@ pub use token::Token;
 /// Errors of the front end.
 #[derive(Debug, thiserror::Error)]
 pub enum G2pError {
+    /// A language code the front end has no rules for.
     #[error("unknown language {0:?}: use en-us, en-gb, es, fr, hi, it or pt-br")]
     UnknownLanguage(String),
+    /// A lexicon compiled into the crate does not parse (a broken build).
     #[error("built-in lexicon {name} is unreadable: {reason}")]
-    Lexicon { name: &'static str, reason: String },
+    Lexicon {
+        /// Which lexicon.
+        name: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Languages other than English (and English words out of the lexicon) need espeak-ng.
     #[error("espeak-ng not found (tried {program:?}): install the Debian package `espeak-ng` or set F5_ESPEAK_NG")]
-    EspeakMissing { program: String },
+    EspeakMissing {
+        /// The program that was looked for.
+        program: String,
+    },
+    /// espeak-ng ran but did not give phonemes.
     #[error("espeak-ng failed: {reason}")]
-    EspeakRun { reason: String },
+    EspeakRun {
+        /// Its exit status or error output.
+        reason: String,
+    },
 }
 
 /// The languages Kokoro-82M v1.0 speaks through this front end (kokoro's lang codes a b e f h i p).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Language {
+    /// American English (`a`): misaki's lexicon, espeak-ng for unknown words.
     EnUs,
+    /// British English (`b`): the British lexicon.
     EnGb,
+    /// Spanish (`e`), through espeak-ng.
     Es,
+    /// French (`f`), through espeak-ng.
     Fr,
+    /// Hindi (`h`), through espeak-ng.
     Hi,
+    /// Italian (`i`), through espeak-ng.
     It,
+    /// Brazilian Portuguese (`p`), through espeak-ng.
     PtBr,
 }
 
@@ -79,6 +102,7 @@ impl Language {
         }
     }
 
+    /// Whether the lexicon-based English pipeline applies, rather than espeak-ng for the whole text.
     pub fn is_english(self) -> bool {
         matches!(self, Language::EnUs | Language::EnGb)
     }
@@ -134,6 +158,7 @@ impl G2p {
         })
     }
 
+    /// The language this front end was built for.
     pub fn language(&self) -> Language {
         self.language
     }

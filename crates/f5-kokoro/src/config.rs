@@ -11,10 +11,15 @@ use crate::KokoroError;
 /// The ALBERT text model's sizes (`plbert` in config.json; `AlbertConfig` defaults fill the rest).
 #[derive(Clone, Debug, Deserialize)]
 pub struct AlbertSizes {
+    /// Width of ALBERT's hidden states (768 in the release).
     pub hidden_size: usize,
+    /// Attention heads per layer.
     pub num_attention_heads: usize,
+    /// Hidden width of each layer's feed-forward.
     pub intermediate_size: usize,
+    /// Rows of the position table: the longest token sequence one forward takes.
     pub max_position_embeddings: usize,
+    /// Layers (ALBERT shares one set of weights across them).
     pub num_hidden_layers: usize,
     /// `AlbertConfig`'s default.
     #[serde(default = "default_embedding_size")]
@@ -28,37 +33,54 @@ fn default_embedding_size() -> usize {
 /// The ISTFTNet generator's sizes.
 #[derive(Clone, Debug, Deserialize)]
 pub struct IstftNetSizes {
+    /// Upsampling factor of each transposed convolution of the generator.
     pub upsample_rates: Vec<usize>,
+    /// Kernel of each upsampling convolution.
     pub upsample_kernel_sizes: Vec<usize>,
+    /// Channels entering the first upsampling stage (halved at each).
     pub upsample_initial_channel: usize,
+    /// Kernels of the residual blocks run after each upsampling.
     pub resblock_kernel_sizes: Vec<usize>,
+    /// Dilations of each residual block's convolutions.
     pub resblock_dilation_sizes: Vec<Vec<usize>>,
+    /// FFT size of the inverse STFT that turns the generator's output into samples.
     pub gen_istft_n_fft: usize,
+    /// Hop of that inverse STFT.
     pub gen_istft_hop_size: usize,
 }
 
 /// A Kokoro `config.json`.
 #[derive(Clone, Debug, Deserialize)]
 pub struct KokoroConfig {
+    /// Rows of the phoneme embedding tables (token ids are below this).
     pub n_token: usize,
+    /// Width of the text features after `bert_encoder` (512 in the release).
     pub hidden_dim: usize,
+    /// Half of a voice style vector (128): one half styles the decoder, the other the prosody.
     pub style_dim: usize,
+    /// Layers of the prosody predictor's duration encoder, and the text encoder's convolution depth.
     pub n_layer: usize,
+    /// Duration classes per phoneme (the most frames one phoneme can get).
     pub max_dur: usize,
+    /// Kernel of the text encoder's convolutions.
     pub text_encoder_kernel_size: usize,
+    /// The ALBERT text model's sizes.
     pub plbert: AlbertSizes,
+    /// The ISTFTNet generator's sizes.
     pub istftnet: IstftNetSizes,
     /// Phoneme (one Unicode scalar) → token id.
     pub vocab: HashMap<String, u32>,
 }
 
 impl KokoroConfig {
+    /// Parses `config.json` text and refuses sizes no model could have (before any weight is read).
     pub fn from_json(text: &str) -> Result<Self, KokoroError> {
         let c: KokoroConfig = serde_json::from_str(text).map_err(|e| KokoroError::Config(format!("config.json: {e}")))?;
         c.check()?;
         Ok(c)
     }
 
+    /// Reads and checks a `config.json` file.
     pub fn open(path: &Path) -> Result<Self, KokoroError> {
         let text = std::fs::read_to_string(path).map_err(|e| KokoroError::Config(format!("{}: {e}", path.display())))?;
         Self::from_json(&text).map_err(|e| match e {

@@ -7,12 +7,15 @@ use f5_torchpt::Checkpoint;
 pub struct KokoroSummary {
     /// The release's DataParallel `module.` prefix, stripped names, or parametrization names.
     pub layout: &'static str,
+    /// Tensors of the model in the file.
     pub tensors: usize,
+    /// Parameters of the model (82 million for the release).
     pub params: usize,
     /// Width of the text features (`bert_encoder` output; 512 for the release).
     pub hidden_dim: usize,
     /// ALBERT's hidden size and vocabulary (768 and 178 for the release).
     pub albert_hidden: usize,
+    /// Rows of ALBERT's phoneme embedding.
     pub n_token: usize,
     /// Half of a voice style (128 for the release), from the AdaIN projections.
     pub style_dim: usize,

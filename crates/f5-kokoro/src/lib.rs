@@ -2,8 +2,7 @@
 //! 24 kHz audio out — the reference `kokoro` 0.9.4 `KModel`, stage for stage.
 //!
 //! ```no_run
-//! use f5_gpukit::CpuBackend;
-//! use f5_kokoro::{Kokoro, VoicePack};
+//! use f5_kokoro::{CpuBackend, Kokoro, VoicePack};
 //! # fn main() -> Result<(), f5_kokoro::KokoroError> {
 //! let model = Kokoro::open("kokoro-dir", CpuBackend::new())?;
 //! let voice = VoicePack::open("af_heart.pt".as_ref(), 256)?;
@@ -15,6 +14,7 @@
 //! The stages follow the reference's segmentation (`albert`, `prosody`, `text_encoder`,
 //! `source`, `decoder`); a [`Trace`] receives every intermediate tensor for tests.
 
+#![warn(missing_docs)]
 mod albert;
 mod blocks;
 pub mod config;
@@ -27,6 +27,11 @@ mod text_encoder;
 pub mod voice;
 
 pub use config::KokoroConfig;
+/// The backends a model runs on, re-exported so that `cargo add f5-kokoro` alone opens a model.
+pub use f5_gpukit::{CpuBackend, CpuBf16Backend, KitError};
+/// The CUDA backend (with the `cuda` feature).
+#[cfg(feature = "cuda")]
+pub use f5_gpukit::{CudaBackend, CudaOptions};
 pub use inspect::{inspect, KokoroSummary};
 pub use model::{Aligned, Kokoro, Speech};
 pub use prosody::frames_from_logits;
@@ -37,10 +42,13 @@ use f5_gpukit::Backend;
 /// What loading or running Kokoro can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum KokoroError {
+    /// The weights file could not be read (missing, not a checkpoint, unsafe pickle, ...).
     #[error(transparent)]
     Checkpoint(#[from] f5_torchpt::Error),
+    /// The backend refused an operation (out of device memory, a driver error).
     #[error(transparent)]
     Kit(#[from] f5_gpukit::KitError),
+    /// A tensor is missing or shaped unlike `config.json` says.
     #[error(transparent)]
     Weights(#[from] f5_nn::NnError),
     /// config.json is unreadable or describes an impossible model.
@@ -60,7 +68,9 @@ pub enum KokoroError {
 /// negative bins sit on the ±π branch cut, where the sign of an FFT's rounding noise decides the
 /// phase; a network fed one side or the other diverges from there.)
 pub struct SourceSpectrum {
+    /// Magnitudes, `[frames, n_fft/2 + 1]`.
     pub magnitude: Vec<f32>,
+    /// Phases in radians, same layout.
     pub phase: Vec<f32>,
 }
 
@@ -72,10 +82,12 @@ pub struct Trace<'a>(Option<&'a mut TraceSink<'a>>);
 pub type TraceSink<'s> = dyn FnMut(&str, Vec<f32>) + 's;
 
 impl<'a> Trace<'a> {
+    /// No tracing: the forward downloads nothing extra.
     pub fn off() -> Self {
         Trace(None)
     }
 
+    /// Sends every stage to `sink`; costs a download per stage.
     pub fn to(sink: &'a mut TraceSink<'a>) -> Self {
         Trace(Some(sink))
     }

@@ -67,10 +67,12 @@ impl<B: Backend> Kokoro<B> {
         Ok(Kokoro { vocab: config.char_vocab(), kit, albert, bert_encoder, predictor, text_encoder, decoder, config })
     }
 
+    /// The model's `config.json` (read-only: the weights were shaped by it).
     pub fn config(&self) -> &KokoroConfig {
         &self.config
     }
 
+    /// The backend the weights live on.
     pub fn kit(&self) -> &B {
         &self.kit
     }

@@ -33,7 +33,9 @@ pub struct SourceTrace {
 
 /// `l_linear` (9 → 1) of the source module.
 pub struct SineSource {
+    /// One weight per harmonic of the sine source.
     pub weight: [f32; HARMONICS],
+    /// Bias of the merge.
     pub bias: f32,
     /// Samples per F0 value (the generator's upsampling × the iSTFT hop: 300).
     pub upsample: usize,

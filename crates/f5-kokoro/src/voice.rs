@@ -70,6 +70,7 @@ impl VoicePack {
         Ok(VoicePack { data, rows: first.rows, dim: first.dim })
     }
 
+    /// Style rows in the pack (510: one per phoneme count a forward can take).
     pub fn rows(&self) -> usize {
         self.rows
     }

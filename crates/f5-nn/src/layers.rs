@@ -11,9 +11,13 @@ use crate::{Result, Scope};
 /// A PyTorch `nn.Linear`: weight `[out, inp]` used in place (read transposed by the GEMM, no
 /// copy; uploaded through `upload_weight`) and an optional bias `[out]`.
 pub struct Linear<B: Backend> {
+    /// `[out, inp]`, as PyTorch stores it.
     pub weight: B::Buf,
+    /// `[out]`, when the layer has one.
     pub bias: Option<B::Buf>,
+    /// Output features.
     pub out: usize,
+    /// Input features.
     pub inp: usize,
 }
 
@@ -37,8 +41,11 @@ impl<B: Backend> Linear<B> {
 
 /// `nn.LayerNorm` over the last axis, with or without the affine.
 pub struct LayerNorm<B: Backend> {
+    /// `(weight, bias)`, `[d]` each; `None` for `elementwise_affine=False`.
     pub affine: Option<(B::Buf, B::Buf)>,
+    /// Features normalised over.
     pub d: usize,
+    /// Added to the variance, as the module was built with.
     pub eps: f32,
 }
 
@@ -54,6 +61,7 @@ impl<B: Backend> LayerNorm<B> {
         LayerNorm { affine: None, d, eps }
     }
 
+    /// Normalises each of `rows` rows of `x` (`[rows, d]`) into `out`.
     pub fn apply(&self, kit: &B, x: &B::Buf, rows: usize, out: &mut B::Buf) -> RunResult<()> {
         kit.layer_norm(x, rows, self.d, self.eps, self.affine.as_ref().map(|(w, b)| (w, b)), out)
     }
@@ -61,7 +69,9 @@ impl<B: Backend> LayerNorm<B> {
 
 /// `nn.Conv1d` (any stride, dilation, groups and padding mode), weight plain or weight-normed.
 pub struct Conv1d<B: Backend> {
+    /// `[c_out, c_in/groups, kernel]`, weight norm already folded in.
     pub weight: B::Buf,
+    /// `[c_out]`, when the layer has one.
     pub bias: Option<B::Buf>,
     /// The shape with `batch`/`n` filled in per call.
     pub spec: Conv1dSpec,
@@ -79,6 +89,7 @@ impl<B: Backend> Conv1d<B> {
     }
 
     /// Output rows for an input of `n` rows.
+    /// Output length for an input of `n` steps.
     pub fn n_out(&self, n: usize) -> usize {
         Conv1dSpec { n, ..self.spec }.n_out()
     }
@@ -94,12 +105,16 @@ impl<B: Backend> Conv1d<B> {
 /// `nn.ConvTranspose1d` (dilation 1), weight `[c_in, c_out/groups, kernel]`, plain or
 /// weight-normed (its `weight_g` is `[c_in, 1, 1]`).
 pub struct ConvTranspose1d<B: Backend> {
+    /// `[c_in, c_out/groups, kernel]`, weight norm already folded in.
     pub weight: B::Buf,
+    /// `[c_out]`, when the layer has one.
     pub bias: Option<B::Buf>,
+    /// Channels, kernel, stride and padding (`batch`/`n` are filled in per call).
     pub spec: ConvTranspose1dSpec,
 }
 
 impl<B: Backend> ConvTranspose1d<B> {
+    /// Loads `name.weight` (plain, or `weight_g`/`weight_v`) and, with `bias`, `name.bias`.
     pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, spec: ConvTranspose1dSpec, bias: bool) -> Result<Self> {
         let mut s = w.scope(name);
         let groups = spec.groups.max(1);
@@ -108,6 +123,7 @@ impl<B: Backend> ConvTranspose1d<B> {
         Ok(ConvTranspose1d { weight: kit.upload(&weight)?, bias, spec })
     }
 
+    /// Output length for an input of `n` steps.
     pub fn n_out(&self, n: usize) -> usize {
         ConvTranspose1dSpec { n, ..self.spec }.n_out()
     }
@@ -123,9 +139,13 @@ impl<B: Backend> ConvTranspose1d<B> {
 /// One direction of a one-layer `nn.LSTM`: the input projection of every step is one GEMM
 /// (`W_ih` with both biases folded into one), only the recurrence is sequential.
 pub struct Lstm<B: Backend> {
+    /// `W_ih` `[4·hidden, input]` with `b_ih + b_hh` as its bias.
     pub input_proj: Linear<B>,
+    /// `W_hh` `[4·hidden, hidden]`, applied step by step.
     pub w_hh: B::Buf,
+    /// Hidden width.
     pub hidden: usize,
+    /// Whether this is the backward direction (runs from each item's last real step).
     pub reverse: bool,
 }
 
@@ -168,20 +188,26 @@ impl<B: Backend> Lstm<B> {
 /// half first), exact for each item's own length in a padded batch — what PyTorch's
 /// `pack_padded_sequence` path computes.
 pub struct BiLstm<B: Backend> {
+    /// The forward direction (`weight_ih_l0`, ...).
     pub forward: Lstm<B>,
+    /// The backward direction (`weight_ih_l0_reverse`, ...).
     pub backward: Lstm<B>,
 }
 
 impl<B: Backend> BiLstm<B> {
+    /// Loads both directions of the `nn.LSTM` called `name`.
     pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, input: usize, hidden: usize) -> Result<Self> {
         let mut s = w.scope(name);
         Ok(BiLstm { forward: Lstm::load(&mut s, kit, input, hidden, false)?, backward: Lstm::load(&mut s, kit, input, hidden, true)? })
     }
 
+    /// Hidden width of one direction (the output is twice this).
     pub fn hidden(&self) -> usize {
         self.forward.hidden
     }
 
+    /// Runs both directions over `x` (`[batch, n, input]`), each item for its own `lengths[i]`
+    /// steps (the padding past it is zero in `out`, `[batch, n, 2·hidden]`).
     pub fn apply(&self, kit: &B, x: &B::Buf, batch: usize, n: usize, lengths: &[usize], out: &mut B::Buf) -> RunResult<()> {
         let h = self.hidden();
         if !matches!(kit.device(), Device::Cpu { threads } if threads != 1) {
@@ -208,18 +234,24 @@ impl<B: Backend> BiLstm<B> {
 }
 
 /// The ConvNeXt(-V2) block of F5's text encoder and of Vocos' backbone:
-/// depthwise conv → LayerNorm → Linear → GELU (erf) → [GRN] → Linear → [× layer scale] → + residual.
+/// depthwise conv → LayerNorm → Linear → GELU (erf) → (GRN) → Linear → (× layer scale) → + residual.
 /// F5's blocks have GRN (ConvNeXt-V2) and no layer scale; Vocos' the reverse.
 pub struct ConvNeXtBlock<B: Backend> {
+    /// The depthwise convolution.
     pub dwconv: Conv1d<B>,
+    /// The LayerNorm after it.
     pub norm: LayerNorm<B>,
+    /// Pointwise expansion `dim → wide`.
     pub pwconv1: Linear<B>,
     /// GRN `(gamma, beta)`, `[wide]` each.
     pub grn: Option<(B::Buf, B::Buf)>,
+    /// Pointwise projection `wide → dim`.
     pub pwconv2: Linear<B>,
     /// Layer scale `[dim]`.
     pub gamma: Option<B::Buf>,
+    /// Channels in and out.
     pub dim: usize,
+    /// Channels between the pointwise layers.
     pub wide: usize,
 }
 

@@ -5,6 +5,8 @@
 //! [`ConvTranspose1d`], [`Lstm`], [`BiLstm`], [`ConvNeXtBlock`]) load themselves from it and run
 //! on any [`f5_gpukit::Backend`]. Activations are channels-last `[batch, n, channels]`, as in the kit.
 
+#![warn(missing_docs)]
+
 mod layers;
 pub mod torch_rand;
 mod weights;
@@ -17,22 +19,51 @@ pub use weights::{canonical, Scope, Weights};
 pub enum NnError {
     /// The checkpoint has no tensor of this (canonical) name.
     #[error("{path}: no tensor {tensor}")]
-    Missing { path: String, tensor: String },
+    Missing {
+        /// The checkpoint file.
+        path: String,
+        /// The canonical name looked for.
+        tensor: String,
+    },
     /// The tensor exists with a shape the architecture cannot use.
     #[error("{path}: tensor {tensor}: {detail}")]
-    Shape { path: String, tensor: String, detail: String },
+    Shape {
+        /// The checkpoint file.
+        path: String,
+        /// The tensor's canonical name.
+        tensor: String,
+        /// What was expected and what was found.
+        detail: String,
+    },
     /// Two names in the file map to one canonical name (e.g. `a.module.w` and `a.w`).
     #[error("{path}: tensors {first} and {second} are both {canonical}")]
-    Ambiguous { path: String, first: String, second: String, canonical: String },
+    Ambiguous {
+        /// The checkpoint file.
+        path: String,
+        /// One of the names in the file.
+        first: String,
+        /// The other.
+        second: String,
+        /// The name both map to.
+        canonical: String,
+    },
     /// A model directory without exactly one checkpoint to load.
     #[error("{dir}: {detail}")]
-    NoCheckpoint { dir: String, detail: String },
+    NoCheckpoint {
+        /// The directory.
+        dir: String,
+        /// None there, or which several were found.
+        detail: String,
+    },
+    /// The file could not be read as a checkpoint.
     #[error(transparent)]
     Checkpoint(#[from] f5_torchpt::Error),
+    /// The backend refused an upload or an operation.
     #[error(transparent)]
     Kit(#[from] f5_gpukit::KitError),
 }
 
+/// Results of loading and running layers.
 pub type Result<T, E = NnError> = std::result::Result<T, E>;
 
 /// The checkpoint inside a model directory: the first of `named` that exists, else the one file

@@ -45,6 +45,7 @@ impl TorchGenerator {
         }
     }
 
+    /// The next raw 32-bit draw of the Mersenne Twister, as torch's CPU generator gives it.
     pub fn next_u32(&mut self) -> u32 {
         self.left -= 1;
         if self.left == 0 {

@@ -57,6 +57,7 @@ impl Weights {
         Ok(Weights { ckpt, names, label })
     }
 
+    /// The file the weights are read from (for metadata a model reads besides tensors).
     pub fn checkpoint(&self) -> &Checkpoint {
         &self.ckpt
     }
@@ -68,6 +69,7 @@ impl Weights {
         v
     }
 
+    /// Whether a tensor of this canonical name is in the file (optional tensors).
     pub fn contains(&self, name: &str) -> bool {
         self.names.contains_key(name)
     }
@@ -160,6 +162,7 @@ impl Scope<'_> {
         Scope { w: self.w, prefix }
     }
 
+    /// Whether `name` under this scope is in the file (optional tensors).
     pub fn contains(&self, name: &str) -> bool {
         self.w.contains(&self.name(name))
     }
@@ -169,6 +172,7 @@ impl Scope<'_> {
         self.w.missing(&self.name(name))
     }
 
+    /// The shape of `name` under this scope, when present.
     pub fn shape(&self, name: &str) -> Option<&[usize]> {
         self.w.shape(&self.name(name))
     }

@@ -135,7 +135,7 @@ type LoadedModel = Box<dyn SpeechEngine>;
 impl Loader {
     fn open(&self, index: usize) -> Result<LoadedModel, String> {
         let files = self.models.get(index).ok_or_else(|| format!("no model number {index}"))?;
-        let device = f5_synth::DeviceOptions { device: self.device, threads: self.threads };
+        let device = f5_synth::DeviceOptions::new(self.device, self.threads);
         // Errors name the problem, never the file's place on the server's disk.
         let mut engine = f5_synth::open_engine(files, device).map_err(|e| e.to_string())?;
         if let Some(addr) = &self.transcriber {

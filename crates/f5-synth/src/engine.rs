@@ -72,6 +72,7 @@ pub struct SpeakOptions {
     pub cross_fade: Option<f64>,
     /// Listen-back gate: regenerations of a misheard chunk, and the highest word error rate kept.
     pub retries: u32,
+    /// Listen-back gate: the highest word error rate a chunk is kept with.
     pub max_wer: f64,
     /// F5: ODE steps (default 32).
     pub nfe: Option<usize>,
@@ -117,6 +118,23 @@ impl Default for SpeakOptions {
     }
 }
 
+setters!(SpeakOptions {
+    with_speed => speed: f64,
+    with_seed => seed: Option<u64>,
+    with_cross_fade => cross_fade: Option<f64>,
+    with_retries => retries: u32,
+    with_max_wer => max_wer: f64,
+    with_nfe => nfe: Option<usize>,
+    with_cfg => cfg: Option<f32>,
+    with_sway => sway: Option<f32>,
+    with_fix_duration => fix_duration: Option<f64>,
+    with_short_fix => short_fix: bool,
+    with_lang => lang: Option<String>,
+    with_phonemes => phonemes: bool,
+    with_word_timestamps => word_timestamps: bool,
+    with_split_on_fail => split_on_fail: bool,
+});
+
 impl SpeakOptions {
     /// The options among `named` that are set, by their command-line names.
     pub(crate) fn refuse_set(&self, family: &str, named: &[(&str, bool)]) -> Result<(), SynthError> {
@@ -131,16 +149,20 @@ impl SpeakOptions {
 /// When one word is spoken.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct WordTime {
+    /// The word as the text spelled it.
     pub word: String,
     /// Seconds from the start of the whole result.
     pub start: f64,
+    /// Seconds from the start of the whole result at which the word ends.
     pub end: f64,
 }
 
 /// What a streamed synthesis reports once its last samples were handed over.
 #[derive(Clone, Debug)]
 pub struct Spoken {
+    /// The seed the noise came from (drawn when none was asked for): give it back to repeat the result.
     pub seed: u64,
+    /// What happened to each chunk, in order: text, length, time, the listen-back verdict.
     pub chunks: Vec<ChunkReport>,
     /// The generated mels `[frames, mel_channels]` of all chunks (families that make one; else empty).
     pub mel: Vec<f32>,

@@ -65,7 +65,7 @@ impl<B: Backend> SpeechEngine for F5Engine<B> {
     }
 
     fn describe(&self) -> String {
-        let c = &self.synth.model.config;
+        let c = &self.synth.model.config();
         let variant = c.variant().map_or("mixed", |v| v.name());
         match &c.source {
             f5_dit::TraitSource::Yaml(p) => format!("F5-TTS {variant}, {} heads of {} (traits from {})", c.heads, c.dim_head, p.display()),

@@ -67,10 +67,22 @@ impl KokoroVoices {
 #[derive(Clone, Debug)]
 pub enum ModelFiles {
     /// An F5-TTS checkpoint, its vocabulary, and the Vocos vocoder it speaks through.
-    F5 { checkpoint: PathBuf, vocab: PathBuf, vocoder: PathBuf },
+    F5 {
+        /// The DiT weights (`.safetensors` or `.pt`), with its training YAML beside it if any.
+        checkpoint: PathBuf,
+        /// `vocab.txt`: one token per line, in the order the model's embedding was trained on.
+        vocab: PathBuf,
+        /// Vocos weights (`pytorch_model.bin` with its `config.yaml` beside it).
+        vocoder: PathBuf,
+    },
     /// A Kokoro checkpoint (a file with `config.json` beside it, or the release directory) and
     /// its voices.
-    Kokoro { checkpoint: PathBuf, voices: KokoroVoices },
+    Kokoro {
+        /// The weights file, or the directory holding `kokoro-v1_0.pth` and `config.json`.
+        checkpoint: PathBuf,
+        /// Where its voice packs are.
+        voices: KokoroVoices,
+    },
 }
 
 impl ModelFiles {
@@ -166,12 +178,36 @@ impl ModelFiles {
 }
 
 /// Where and how wide to run a model.
+///
+/// `DeviceOptions::default()` is f32 on the CPU with every core; `DeviceOptions::new(device,
+/// threads)` says both. The struct is `#[non_exhaustive]`, so a new setting is not a breaking
+/// change.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct DeviceOptions {
+    /// The backend: CPU (f32 or bf16 weights) or a CUDA device (with the `cuda` feature).
     pub device: DeviceChoice,
     /// CPU threads (0: all cores).
     pub threads: usize,
 }
+
+impl DeviceOptions {
+    /// `device` with `threads` CPU threads (0: all cores).
+    pub fn new(device: DeviceChoice, threads: usize) -> Self {
+        DeviceOptions { device, threads }
+    }
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions::new(DeviceChoice::Cpu, 0)
+    }
+}
+
+setters!(DeviceOptions {
+    with_device => device: DeviceChoice,
+    with_threads => threads: usize,
+});
 
 /// Opens a model on a device: **the** place where the backend and the family are chosen. Every
 /// caller (the CLI, the daemon's model thread) goes through here and then talks only to the

@@ -29,30 +29,40 @@ pub const MAX_TRANSCRIPT_BYTES: usize = 4096;
 /// store's own failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// An id that could not be a directory name safely (path separators, dots, length).
     #[error("invalid voice id {0:?}: use 1–{MAX_ID_LEN} letters, digits, '_' or '-'")]
     InvalidId(String),
+    /// The recording's file type is not one the decoder reads.
     #[error("unsupported audio type {0:?}: use wav, mp3, flac or ogg")]
     UnsupportedType(String),
+    /// Without a transcript F5 cannot align the recording with the text.
     #[error("the transcript is empty: give the words spoken in the recording")]
     EmptyTranscript,
+    /// The transcript is larger than any 12 s recording could say.
     #[error("the transcript is {0} bytes; the limit is {MAX_TRANSCRIPT_BYTES}")]
     TranscriptTooLong(usize),
+    /// The upload is larger than the store accepts.
     #[error("the recording is {0} bytes; the limit is {MAX_AUDIO_BYTES}")]
     AudioTooLarge(usize),
+    /// The recording is longer than the store accepts (only its first seconds would be used).
     #[error("the recording is longer than {0} s; send 3–12 s of clean speech")]
     AudioTooLong(f64),
     /// Not audio, silent, too little voice: the recording cannot clone a voice.
     #[error("the recording cannot be used: {0}")]
     Unusable(String),
+    /// A voice of that id exists and the request did not ask to replace it.
     #[error("voice {0:?} already exists: send replace=true to overwrite it")]
     Exists(String),
+    /// No voice of that id is stored.
     #[error("no voice {0:?}")]
     NotFound(String),
     /// The store's files could not be read or written (the message may name paths: it is for
     /// the operator, not for a remote client).
     #[error("the voice store cannot {action}: {source}")]
     Io {
+        /// What the store was doing (for the operator's log).
         action: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -76,8 +86,11 @@ fn io_error(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreEr
 /// One stored voice.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VoiceEntry {
+    /// The voice's id, which is also its directory name.
     pub id: String,
+    /// The words spoken in the recording.
     pub transcript: String,
+    /// The recording as uploaded (its extension says its type).
     pub audio: PathBuf,
 }
 
@@ -128,6 +141,7 @@ impl VoiceStore {
         Self::open(f5_home().join("voices"))
     }
 
+    /// The directory the voices live in, one subdirectory each.
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -16,7 +16,11 @@ use crate::SynthError;
 pub const SAMPLE_RATE: u32 = 24_000;
 
 /// Everything that shapes one synthesis; the defaults are the reference's inference defaults.
+///
+/// Build with `SynthOptions::default().with_nfe(16).with_seed(Some(7))`: the struct is
+/// `#[non_exhaustive]`, so a new option is not a breaking change.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct SynthOptions {
     /// ODE steps (`nfe_step`).
     pub nfe: usize,
@@ -32,11 +36,14 @@ pub struct SynthOptions {
     pub cross_fade: f64,
     /// Total duration in seconds, reference included, instead of the estimate.
     pub fix_duration: Option<f64>,
+    /// The ODE solver (Euler, as the reference).
     pub solver: Solver,
+    /// The pruned EPSS time grids for the step counts that have one (as the reference).
     pub use_epss: bool,
     /// Listen-back gate: regenerate a chunk up to this many times while its word error rate is
     /// above `max_wer` (only with a transcriber, see [`Synthesizer::with_listen_back`]).
     pub retries: u32,
+    /// Listen-back gate: the highest word error rate a chunk is kept with.
     pub max_wer: f64,
     /// Our rule for short lines and one-word openings ([`crate::short_fix`]), off by default
     /// because it departs from the reference: a one-word opening sentence becomes a chunk of its
@@ -70,6 +77,22 @@ impl Default for SynthOptions {
     }
 }
 
+setters!(SynthOptions {
+    with_nfe => nfe: usize,
+    with_cfg => cfg: f32,
+    with_sway => sway: Option<f32>,
+    with_speed => speed: f64,
+    with_seed => seed: Option<u64>,
+    with_cross_fade => cross_fade: f64,
+    with_fix_duration => fix_duration: Option<f64>,
+    with_solver => solver: Solver,
+    with_use_epss => use_epss: bool,
+    with_retries => retries: u32,
+    with_max_wer => max_wer: f64,
+    with_short_fix => short_fix: bool,
+    with_split_on_fail => split_on_fail: bool,
+});
+
 impl SynthOptions {
     fn validate(&self) -> Result<(), SynthError> {
         let bad = |m: String| Err(SynthError::Options(m));
@@ -99,14 +122,31 @@ impl SynthOptions {
 pub enum Progress<'a> {
     /// Chunk `index` (0-based) of `total` starts (again, with `attempt` > 0, after the
     /// listen-back check heard too many errors).
-    Chunk { index: usize, total: usize, text: &'a str, attempt: u32 },
+    Chunk {
+        /// Which chunk, from 0.
+        index: usize,
+        /// Chunks in the whole text.
+        total: usize,
+        /// The chunk's text, as the model reads it.
+        text: &'a str,
+        /// 0 for the first try, then each regeneration.
+        attempt: u32,
+    },
     /// `step` of `steps` forwards of the current chunk are done.
-    Step { chunk: usize, step: usize, steps: usize },
+    Step {
+        /// Which chunk, from 0.
+        chunk: usize,
+        /// Forwards done so far.
+        step: usize,
+        /// Forwards the chunk takes (steps, twice that with the midpoint solver).
+        steps: usize,
+    },
 }
 
 /// What happened to one chunk.
 #[derive(Clone, Debug)]
 pub struct ChunkReport {
+    /// The chunk's text, as the model read it.
     pub text: String,
     /// Frames sampled, reference included.
     pub frames: usize,
@@ -114,6 +154,7 @@ pub struct ChunkReport {
     pub short_fix_frames: usize,
     /// Frames of new speech handed to the vocoder.
     pub generated_frames: usize,
+    /// Samples this chunk added to the result, before the cross-fade.
     pub samples: usize,
     /// Wall time of this chunk in seconds, all attempts.
     pub seconds: f64,
@@ -141,7 +182,9 @@ pub struct Audio {
     pub samples: Vec<f32>,
     /// The generated mels `[frames, 100]` of all chunks, concatenated (no cross-fade on mels).
     pub mel: Vec<f32>,
+    /// The seed the noise came from (drawn when none was asked for): give it back to repeat the result.
     pub seed: u64,
+    /// What happened to each chunk, in order.
     pub chunks: Vec<ChunkReport>,
     /// All chunks' listen-back scores together.
     pub score: TotalScore,
@@ -150,8 +193,17 @@ pub struct Audio {
 }
 
 impl Audio {
+    /// Length in seconds at [`SAMPLE_RATE`] (both families speak at it).
     pub fn seconds(&self) -> f64 {
         self.samples.len() as f64 / SAMPLE_RATE as f64
+    }
+
+    /// Writes the samples as mono 16-bit PCM WAV at `sample_rate` (the engine's
+    /// [`crate::EngineInfo::sample_rate`]), as the reference's `soundfile.write` does, so a
+    /// caller needs no audio crate of its own for the common case.
+    pub fn write_wav(&self, path: &Path, sample_rate: u32) -> Result<(), SynthError> {
+        let wide: Vec<f64> = self.samples.iter().map(|&x| x as f64).collect();
+        Ok(f5_audio::output::write_wav_pcm16(path, &wide, sample_rate)?)
     }
 }
 
@@ -167,6 +219,7 @@ pub struct CrossFader {
 }
 
 impl CrossFader {
+    /// A fader whose overlap is `fade_samples` (0: chunks are butt-joined).
     pub fn new(fade_samples: usize) -> Self {
         CrossFader { fade: fade_samples, tail: Vec::new(), total: 0 }
     }
@@ -194,14 +247,19 @@ impl CrossFader {
 
 /// A transcriber to listen to each chunk with, and the language its text is normalised in.
 pub struct ListenBack {
+    /// What turns each chunk back into text (an HTTP [`crate::Transcriber`] or one's own).
     pub transcriber: Box<dyn Transcribe + Send + Sync>,
+    /// How both texts are normalised before counting word errors (numbers, case, punctuation).
     pub language: &'static dyn Language,
 }
 
 /// The model, the vocoder and the vocabulary, ready to speak.
 pub struct Synthesizer<B: Backend> {
+    /// The diffusion transformer.
     pub model: F5Model<B>,
+    /// The vocoder that turns its mels into samples.
     pub vocoder: Vocos<B>,
+    /// The checkpoint's vocabulary: text to token ids.
     pub vocab: Vocab,
     /// When set, every chunk is transcribed and regenerated while it is misheard.
     pub listen: Option<ListenBack>,
@@ -224,19 +282,19 @@ impl<B: Backend + Clone> Synthesizer<B> {
     pub fn open(model: &Path, vocab: &Path, vocoder: &Path, kit: B, overrides: &Overrides) -> Result<Self, SynthError> {
         let vocab = Vocab::load(vocab)?;
         let model = F5Model::open(model, kit.clone(), overrides)?;
-        if vocab.len() + 1 != model.config.text_rows {
+        if vocab.len() + 1 != model.config().text_rows {
             return Err(SynthError::Options(format!(
                 "the vocabulary has {} entries but the checkpoint's text embedding has {} rows (vocabulary + 1): wrong vocab.txt for this model",
                 vocab.len(),
-                model.config.text_rows
+                model.config().text_rows
             )));
         }
         let vocoder = Vocos::open(vocoder, kit)?;
-        if vocoder.config().mel_channels != model.config.mel_dim {
+        if vocoder.config().mel_channels != model.config().mel_dim {
             return Err(SynthError::Options(format!(
                 "the vocoder takes {} mel channels, the model makes {}",
                 vocoder.config().mel_channels,
-                model.config.mel_dim
+                model.config().mel_dim
             )));
         }
         Ok(Synthesizer { model, vocoder, vocab, listen: None })
@@ -319,9 +377,13 @@ impl<B: Backend> Synthesizer<B> {
         // One generator stream across all chunks, in order: what the reference draws when its
         // chunks run one after another.
         let mut generator = TorchGenerator::new(seed);
-        let sample_opts =
-            SampleOptions { steps: opts.nfe, cfg_strength: opts.cfg, sway: opts.sway, solver: opts.solver, use_epss: opts.use_epss };
-        let mel_dim = self.model.config.mel_dim;
+        let sample_opts = SampleOptions::default()
+            .with_steps(opts.nfe)
+            .with_cfg_strength(opts.cfg)
+            .with_sway(opts.sway)
+            .with_solver(opts.solver)
+            .with_use_epss(opts.use_epss);
+        let mel_dim = self.model.config().mel_dim;
         let mut fader = CrossFader::new(f5_audio::output::cross_fade_samples(opts.cross_fade, SAMPLE_RATE));
         let mut reports = Vec::with_capacity(chunks.len());
         let gate = Gate::new(opts.retries, opts.max_wer).map_err(|e| SynthError::Options(e.to_string()))?;
@@ -439,7 +501,7 @@ impl<B: Backend> Synthesizer<B> {
         chunk: usize,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<ChunkOutput, SynthError> {
-        let mel_dim = self.model.config.mel_dim;
+        let mel_dim = self.model.config().mel_dim;
         let mut step = |done: usize, steps: usize| progress(Progress::Step { chunk, step: done, steps });
         let mel = self.model.sample(&piece.ids, &voice.mel, piece.frames, Noise::Given(noise), sample_opts, &mut step)?;
         // The reference drops N // 256 frames, one fewer than the reference mel has: its

@@ -26,6 +26,7 @@ pub struct Voice {
     pub wave: Vec<f32>,
     /// Its log-mel `[frames, 100]`.
     pub mel: Vec<f32>,
+    /// Frames of `mel`: the part of every chunk's frames the recording takes.
     pub mel_frames: usize,
     /// How the loudness was changed, to give the caller their own loudness back.
     pub loudness: RmsNormalization,
@@ -77,6 +78,7 @@ impl Voice {
         Ok((voice, decoded.cut))
     }
 
+    /// Prepares an already decoded recording (a server's upload), as [`Voice::load`] does a file.
     pub fn from_audio(audio: &DecodedAudio, transcript: &str, target_rms: f32) -> Result<Voice, SynthError> {
         if transcript.trim().is_empty() {
             return Err(SynthError::Reference("the transcript is empty: give the words spoken in the recording".into()));
@@ -157,10 +159,12 @@ impl VoiceCache {
     }
 
     /// How many voices are held now.
+    /// Voices held now (at most the capacity).
     pub fn len(&self) -> usize {
         self.lock().voices.len()
     }
 
+    /// Whether no voice is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

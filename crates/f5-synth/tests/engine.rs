@@ -10,7 +10,7 @@ use f5_gpukit::{CpuBackend, DeviceChoice};
 use f5_synth::{open_engine, speak_to_memory, DeviceOptions, KokoroVoices, ModelFiles, SpeakOptions, SynthError, SynthOptions, VoiceRef};
 
 fn one_thread() -> DeviceOptions {
-    DeviceOptions { device: DeviceChoice::Cpu, threads: 1 }
+    DeviceOptions::new(DeviceChoice::Cpu, 1)
 }
 
 /// The small Kokoro model in the release layout: `config.json`, `kokoro-v1_0.pth`, `voices/`
@@ -164,9 +164,8 @@ fn f5_through_the_engine_is_the_synthesizer_itself() {
     let mut o = seeded(11);
     o.nfe = Some(4);
     let via_engine = speak_to_memory(&*engine, &VoiceRef::Recording(Arc::new(voice.clone())), text, &o, &mut quiet()).expect("engine");
-    let direct = synthesizer()
-        .synthesize(&voice, text, &SynthOptions { nfe: 4, seed: Some(11), ..SynthOptions::default() }, &mut quiet())
-        .expect("direct");
+    let direct =
+        synthesizer().synthesize(&voice, text, &SynthOptions::default().with_nfe(4).with_seed(Some(11)), &mut quiet()).expect("direct");
     assert_eq!(via_engine.samples, direct.samples);
     assert_eq!(via_engine.mel, direct.mel);
     // Unset options are the reference's defaults: nfe 32 differs from nfe 4.

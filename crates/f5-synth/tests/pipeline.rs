@@ -28,7 +28,7 @@ fn single_chunk_matches_infer_process() {
     let synth = synthesizer();
     let voice = birch_voice();
     assert_eq!(voice.model_text, "The birch canoe slid on the smooth planks.  ");
-    let opts = SynthOptions { nfe: 8, seed: Some(42), ..SynthOptions::default() };
+    let opts = SynthOptions::default().with_nfe(8).with_seed(Some(42));
     let mut steps = 0;
     let audio = synth
         .synthesize(&voice, "Hello world, this is a tiny test.", &opts, &mut |p| {
@@ -55,10 +55,10 @@ fn single_chunk_matches_infer_process() {
 fn bad_inputs_are_clear_errors() {
     let synth = synthesizer();
     let voice = birch_voice();
-    let opts = SynthOptions { nfe: 2, seed: Some(1), ..SynthOptions::default() };
+    let opts = SynthOptions::default().with_nfe(2).with_seed(Some(1));
     let err = synth.synthesize(&voice, "   ", &opts, &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains("empty"), "{err}");
-    let err = synth.synthesize(&voice, "Hi.", &SynthOptions { speed: 0.0, ..opts.clone() }, &mut |_| {}).unwrap_err().to_string();
+    let err = synth.synthesize(&voice, "Hi.", &opts.clone().with_speed(0.0), &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains("speed"), "{err}");
     // Only punctuation still speaks (something): a sensible result, not a panic.
     let audio = synth.synthesize(&voice, "?!", &opts, &mut |_| {}).unwrap();
@@ -114,7 +114,7 @@ fn the_gate_regenerates_exactly_the_misheard_chunk() {
         transcriber: Box::new(Scripted { answers: std::sync::Mutex::new(answers), calls: calls.clone() }),
         language: &f5_verify::English,
     });
-    let opts = SynthOptions { nfe: 1, seed: Some(5), retries: 2, max_wer: 0.3, ..SynthOptions::default() };
+    let opts = SynthOptions::default().with_nfe(1).with_seed(Some(5)).with_retries(2).with_max_wer(0.3);
     let mut starts = Vec::new();
     let audio = synth
         .synthesize(&voice, &text, &opts, &mut |p| {
@@ -158,7 +158,7 @@ fn multi_chunk_matches_infer_process_run_in_order() {
     let synth = synthesizer();
     let voice = birch_voice();
     assert_eq!(voice.max_chunk_bytes(1.0) as u64, info["max_chars"].as_u64().unwrap(), "chunk budget");
-    let opts = SynthOptions { nfe: 4, seed: Some(7), ..SynthOptions::default() };
+    let opts = SynthOptions::default().with_nfe(4).with_seed(Some(7));
     let audio = synth.synthesize(&voice, gen_text, &opts, &mut |_| {}).unwrap();
     let got_chunks: Vec<&str> = audio.chunks.iter().map(|c| c.text.as_str()).collect();
     assert_eq!(got_chunks, want_chunks);
@@ -175,12 +175,12 @@ fn a_dialogue_is_its_lines_in_order_with_punctuation_pauses() {
     let synth = synthesizer();
     let a = birch_voice();
     let b = Voice::load(&fixtures().join("audio/ref_44100.wav"), "The birch canoe slid on the smooth planks.", 0.1).unwrap();
-    let opts = SynthOptions { nfe: 2, seed: Some(11), ..SynthOptions::default() };
+    let opts = SynthOptions::default().with_nfe(2).with_seed(Some(11));
     let lines: [(&Voice, &str); 3] = [(&a, "Hello, who is there?"), (&b, "Just me, waiting"), (&a, "Come in.")];
     let d = synth.dialogue(&lines, &opts, &mut |_| {}).unwrap();
     let mut want = Vec::new();
     for (i, (v, t)) in lines.iter().enumerate() {
-        let part = synth.synthesize(v, t, &SynthOptions { seed: Some(11 + i as u64), ..opts.clone() }, &mut |_| {}).unwrap();
+        let part = synth.synthesize(v, t, &opts.clone().with_seed(Some(11 + i as u64)), &mut |_| {}).unwrap();
         want.extend(part.samples);
         if i < 2 {
             want.extend(std::iter::repeat_n(0.0f32, f5_synth::trailing_pause_ms(t) as usize * 24));
@@ -213,7 +213,8 @@ fn split_on_fail_regenerates_the_misheard_sentence_on_its_own() {
             transcriber: Box::new(Scripted { answers: std::sync::Mutex::new(script.iter().map(|s| s.to_string()).collect()), calls }),
             language: &f5_verify::English,
         });
-        let opts = SynthOptions { nfe: 1, seed: Some(3), retries: 1, max_wer: 0.3, split_on_fail, ..SynthOptions::default() };
+        let opts =
+            SynthOptions::default().with_nfe(1).with_seed(Some(3)).with_retries(1).with_max_wer(0.3).with_split_on_fail(split_on_fail);
         let mut starts = Vec::new();
         let audio = synth
             .synthesize(&voice, &text, &opts, &mut |p| {

@@ -26,7 +26,7 @@ fn off_by_default_and_off_is_the_reference_rule() {
     assert!(!SynthOptions::default().short_fix);
     let synth = synthesizer();
     let v = voice();
-    let opts = SynthOptions { nfe: 1, seed: Some(3), ..SynthOptions::default() };
+    let opts = SynthOptions::default().with_nfe(1).with_seed(Some(3));
     for text in ["Hi there.", OPENING, "Hello world, this is a tiny test."] {
         let audio = synth.synthesize(&v, text, &opts, &mut |_| {}).unwrap();
         assert_eq!(audio.chunks.len(), 1, "{text:?} stays one chunk");
@@ -40,8 +40,8 @@ fn off_by_default_and_off_is_the_reference_rule() {
 fn on_a_short_line_gets_exactly_the_designed_extra_frames() {
     let synth = synthesizer();
     let v = voice();
-    let off = SynthOptions { nfe: 1, seed: Some(3), ..SynthOptions::default() };
-    let on = SynthOptions { short_fix: true, ..off.clone() };
+    let off = SynthOptions::default().with_nfe(1).with_seed(Some(3));
+    let on = off.clone().with_short_fix(true);
     // 9 bytes (the reference's own < 10-byte rule applies too), 30, 31, 75 and 121 bytes.
     let lines = [
         ("Hi there.", 103),
@@ -66,7 +66,7 @@ fn on_a_short_line_gets_exactly_the_designed_extra_frames() {
         }
     }
     // A total fixed by the user is left alone.
-    let fixed = SynthOptions { fix_duration: Some(6.0), ..on.clone() };
+    let fixed = on.clone().with_fix_duration(Some(6.0));
     let c = synth.synthesize(&v, "Hi there.", &fixed, &mut |_| {}).unwrap();
     assert_eq!(c.chunks[0].short_fix_frames, 0);
     assert_eq!(c.chunks[0].frames, (6.0f64 * 24_000.0 / 256.0) as usize);
@@ -76,7 +76,7 @@ fn on_a_short_line_gets_exactly_the_designed_extra_frames() {
 fn on_a_one_word_opening_is_a_chunk_of_its_own_everywhere() {
     let synth = synthesizer();
     let v = voice();
-    let on = SynthOptions { nfe: 1, seed: Some(3), short_fix: true, ..SynthOptions::default() };
+    let on = SynthOptions::default().with_nfe(1).with_seed(Some(3)).with_short_fix(true);
     let want = ["Juuri.", "Seuraavaksi ne tuovat kahvia ja pullaa pöytään."];
     let mut started = Vec::new();
     let audio = synth

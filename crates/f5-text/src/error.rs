@@ -3,12 +3,33 @@ use std::path::PathBuf;
 /// Everything that can go wrong while reading text resources or converting text.
 #[derive(Debug, thiserror::Error)]
 pub enum TextError {
+    /// The vocabulary file could not be opened or read.
     #[error("cannot read vocabulary file {path}: {source}")]
-    VocabIo { path: PathBuf, source: std::io::Error },
+    VocabIo {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A file this large is not a vocabulary (a checkpoint given by mistake); refused unread.
     #[error("vocabulary file {path} is {size} bytes, more than the {limit}-byte limit for a vocabulary")]
-    VocabTooLarge { path: PathBuf, size: u64, limit: u64 },
+    VocabTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size in bytes.
+        size: u64,
+        /// The largest size accepted.
+        limit: u64,
+    },
+    /// The vocabulary is not UTF-8, so its tokens cannot be matched with text.
     #[error("vocabulary file {path} is not valid UTF-8 (first bad byte at offset {offset})")]
-    VocabEncoding { path: PathBuf, offset: usize },
+    VocabEncoding {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the first invalid sequence.
+        offset: usize,
+    },
+    /// The pinyin table compiled into the crate does not decode (a broken build).
     #[error("the embedded pinyin table is corrupt: {0}")]
     PinyinTable(String),
     /// The reference raises `IndexError` here: pypinyin returned fewer readings
@@ -16,5 +37,12 @@ pub enum TextError {
     #[error(
         "segment {segment:?} has {chars} characters but only {readings} pinyin readings; the reference implementation fails on this input"
     )]
-    SegmentMisaligned { segment: String, chars: usize, readings: usize },
+    SegmentMisaligned {
+        /// The segment of Chinese text.
+        segment: String,
+        /// Its characters.
+        chars: usize,
+        /// The readings the pinyin table gave.
+        readings: usize,
+    },
 }

@@ -14,6 +14,7 @@
 //! learnt to read exactly the token stream the reference produces, so any
 //! "cleaner" behaviour would feed the model sequences it has never seen.
 
+#![warn(missing_docs)]
 mod chunk;
 mod error;
 mod pinyin;

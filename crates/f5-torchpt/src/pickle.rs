@@ -60,7 +60,7 @@ pub enum PickleErrorKind {
     BadCall { callee: &'static str, detail: String },
     /// Malformed structure: wrong operand types, missing `MARK`, empty stack, bad memo index.
     Malformed(String),
-    /// Nesting deeper than [`MAX_DEPTH`].
+    /// Nesting deeper than 64 levels (`MAX_DEPTH`): a hostile file could otherwise exhaust the stack.
     TooDeep,
     /// A persistent id other than `('storage', <StorageClass>, key, location, numel)`.
     BadPersistentId(String),

@@ -37,7 +37,14 @@ pub enum GateStatus {
     /// No transcriber is configured: every chunk is generated once and left unchecked.
     Off,
     /// Chunks are transcribed and regenerated while their WER is above `max_wer`.
-    On { transcriber: String, retries: u32, max_wer: f64 },
+    On {
+        /// Where the transcriber is ([`Transcribe::describe`]).
+        transcriber: String,
+        /// Regenerations allowed per chunk.
+        retries: u32,
+        /// The highest word error rate a chunk is kept with.
+        max_wer: f64,
+    },
 }
 
 impl fmt::Display for GateStatus {
@@ -100,6 +107,7 @@ pub struct Gated<T> {
     pub output: T,
     /// Which attempt was kept (0 = the first).
     pub attempt: u32,
+    /// How the kept attempt was heard (and how many attempts it took).
     pub score: ChunkScore,
 }
 
@@ -178,10 +186,12 @@ impl Gate {
         Ok(Self { retries, max_wer })
     }
 
+    /// Regenerations allowed per chunk after the first try.
     pub fn retries(&self) -> u32 {
         self.retries
     }
 
+    /// The highest word error rate a chunk is kept with.
     pub fn max_wer(&self) -> f64 {
         self.max_wer
     }

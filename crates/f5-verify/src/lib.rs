@@ -25,31 +25,59 @@
 //! # Ok::<(), f5_verify::VerifyError>(())
 //! ```
 
+#![warn(missing_docs)]
 mod gate;
+#[cfg(feature = "http-transcriber")]
+mod http_transcriber;
 mod normalize;
 mod transcriber;
 mod wer;
 
 pub use gate::{ChunkScore, Gate, GateStatus, Gated, TotalScore, MAX_GATE_RETRIES};
+#[cfg(feature = "http-transcriber")]
+pub use http_transcriber::{Transcriber, TranscriberConfig};
 pub use normalize::{
     is_cjk_char, is_punctuation, language_for, normalize, number_words, English, Language, PassThrough, Spelling, WrittenNumber,
 };
-pub use transcriber::{wav_bytes, Transcribe, Transcriber, TranscriberConfig, MAX_CLIP_SECONDS};
+pub use transcriber::{wav_bytes, Transcribe, MAX_CLIP_SECONDS};
 pub use wer::{score, wer_of, word_errors, Score, MAX_MERGE};
 
 /// Everything that can go wrong while listening back.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
+    /// The transcriber's address cannot be turned into a plain-HTTP endpoint.
     #[error("transcriber address {address:?} is not usable: {reason}")]
-    Address { address: String, reason: String },
+    Address {
+        /// The address as given.
+        address: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A gate or client setting is out of range.
     #[error("verify settings: {0}")]
     Config(String),
+    /// The audio cannot be sent (no rate, not finite, too long).
     #[error("audio for the transcriber: {0}")]
     Audio(String),
+    /// Encoding the audio as WAV failed.
     #[error("writing the wav for the transcriber: {0}")]
     Wav(#[from] hound::Error),
+    /// The transcriber answered with a client error: asking again would not help.
     #[error("transcriber {endpoint} refused the request with HTTP {status}: {body}")]
-    Rejected { endpoint: String, status: u16, body: String },
+    Rejected {
+        /// The URL the audio was sent to.
+        endpoint: String,
+        /// The HTTP status.
+        status: u16,
+        /// The start of the answer's body.
+        body: String,
+    },
+    /// The transcriber answered, but not with `{"text": ...}`.
     #[error("transcriber {endpoint} answered something unusable: {reason}")]
-    Answer { endpoint: String, reason: String },
+    Answer {
+        /// The URL the audio was sent to.
+        endpoint: String,
+        /// What was wrong with the answer.
+        reason: String,
+    },
 }

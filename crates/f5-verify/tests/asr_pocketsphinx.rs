@@ -9,6 +9,7 @@
 //! "the top"), so a matching text is allowed a
 //! WER up to 0.35 and a different text must score at least 0.7. Both runs are deterministic
 //! (same synthesis, same decoder), the margins cover version differences of the two tools.
+#![cfg(feature = "http-transcriber")]
 
 use std::convert::Infallible;
 use std::process::Command;

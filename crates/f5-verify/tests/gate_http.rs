@@ -1,4 +1,5 @@
 //! The client and the gate against a fake whisper.cpp server over real HTTP.
+#![cfg(feature = "http-transcriber")]
 
 mod fake_whisper;
 

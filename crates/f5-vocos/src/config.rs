@@ -19,6 +19,7 @@ use crate::VocosError;
 
 /// charactr/vocos-mel-24khz: 256-sample hop at 24 kHz (F5-TTS's mel frame rate).
 pub const DEFAULT_HOP: usize = 256;
+/// charactr/vocos-mel-24khz's output rate, assumed when no `config.yaml` says otherwise.
 pub const DEFAULT_SAMPLE_RATE: u32 = 24_000;
 
 /// A `config.yaml` is a few hundred bytes; a larger file is not one.
@@ -39,9 +40,13 @@ pub struct VocosConfig {
     /// What every tensor name starts with before `backbone.`/`head.` (empty for Vocos' own
     /// `pytorch_model.bin`; a wrapper's `vocoder.` or similar otherwise).
     pub prefix: String,
+    /// Mel channels the vocoder takes (100; must match the acoustic model's).
     pub mel_channels: usize,
+    /// Width of the ConvNeXt backbone.
     pub dim: usize,
+    /// Hidden width of each block's pointwise layers.
     pub intermediate: usize,
+    /// ConvNeXt blocks.
     pub layers: usize,
     /// Kernel of the input convolution (7 in Vocos; padded by kernel/2 to keep the length).
     pub embed_kernel: usize,
@@ -50,9 +55,13 @@ pub struct VocosConfig {
     /// Whether the blocks scale their branch by a learned `gamma` before the residual add
     /// (Vocos' `layer_scale_init_value`; absent when that was `None`).
     pub layer_scale: bool,
+    /// FFT size of the head's inverse STFT (its output is `n_fft/2 + 1` bins).
     pub n_fft: usize,
+    /// Samples per mel frame.
     pub hop: usize,
+    /// Output sample rate.
     pub sample_rate: u32,
+    /// Where `hop` and `sample_rate` came from.
     pub hop_source: HopSource,
     /// Trainable parameters (the feature extractor's and the iSTFT's buffers excluded).
     pub params: usize,

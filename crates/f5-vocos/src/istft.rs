@@ -51,7 +51,7 @@ impl std::fmt::Debug for IstftPlan {
 }
 
 impl IstftPlan {
-    /// Plans the inverse for an even `n_fft` (2..=[`MAX_N_FFT`]) and `1 ≤ hop ≤ n_fft`.
+    /// Plans the inverse for an even `n_fft` (2..=`MAX_N_FFT`, 65536) and `1 ≤ hop ≤ n_fft`.
     pub fn new(n_fft: usize, hop: usize) -> Result<Self, VocosError> {
         let mut planner = RealFftPlanner::<f32>::new();
         Self::with_planner(n_fft, hop, &mut planner)
@@ -70,10 +70,12 @@ impl IstftPlan {
         Ok(IstftPlan { n_fft, hop, window, window_sq, inverse: planner.plan_fft_inverse(n_fft) })
     }
 
+    /// The FFT size the plan was made for.
     pub fn n_fft(&self) -> usize {
         self.n_fft
     }
 
+    /// Samples between frames.
     pub fn hop(&self) -> usize {
         self.hop
     }

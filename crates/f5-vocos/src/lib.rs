@@ -21,6 +21,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod config;
 mod istft;
 mod model;
@@ -32,21 +34,46 @@ pub use model::{Spectrum, Vocos};
 /// Everything that can go wrong loading or running the vocoder.
 #[derive(Debug, thiserror::Error)]
 pub enum VocosError {
+    /// The weights file could not be read.
     #[error(transparent)]
     Checkpoint(#[from] f5_torchpt::Error),
+    /// The backend refused an operation.
     #[error(transparent)]
     Kit(#[from] f5_gpukit::KitError),
+    /// A tensor the architecture needs is not in the file.
     #[error("checkpoint {path} has no tensor `{tensor}`")]
-    Missing { path: String, tensor: String },
+    Missing {
+        /// The weights file.
+        path: String,
+        /// The tensor's full name.
+        tensor: String,
+    },
+    /// A tensor is shaped unlike the architecture says.
     #[error("tensor `{tensor}`: {detail}")]
-    Shape { tensor: String, detail: String },
+    Shape {
+        /// The tensor's full name.
+        tensor: String,
+        /// What was expected and what was found.
+        detail: String,
+    },
+    /// `config.yaml` is unreadable or contradicts the weights.
     #[error("vocoder configuration: {0}")]
     Config(String),
     /// A mel spectrogram or spectrum the vocoder cannot decode; the message says why.
     #[error("{0}")]
     Input(String),
+    /// A mel value is NaN or infinite: the acoustic model diverged, and the vocoder would spread
+    /// it over the whole wave.
     #[error("mel frame {frame} channel {channel} is {value}: the vocoder needs finite log-magnitudes")]
-    NonFinite { frame: usize, channel: usize, value: f32 },
+    NonFinite {
+        /// The frame, from 0.
+        frame: usize,
+        /// The mel channel.
+        channel: usize,
+        /// The value found there (NaN or ±inf).
+        value: f32,
+    },
+    /// The inverse STFT cannot be planned for these sizes.
     #[error("inverse STFT: {0}")]
     Istft(String),
 }

@@ -23,9 +23,13 @@ const MAG_MAX: f32 = 100.0;
 /// A one-sided complex spectrum, real and imaginary parts each `[frames, bins]` row-major.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Spectrum {
+    /// Real parts.
     pub re: Vec<f32>,
+    /// Imaginary parts.
     pub im: Vec<f32>,
+    /// Frames (one per mel frame).
     pub frames: usize,
+    /// Bins per frame (`n_fft/2 + 1`).
     pub bins: usize,
 }
 
@@ -107,10 +111,12 @@ impl<B: Backend> Vocos<B> {
         })
     }
 
+    /// The architecture, as read from the checkpoint and its `config.yaml`.
     pub fn config(&self) -> &VocosConfig {
         &self.config
     }
 
+    /// The backend the weights live on.
     pub fn kit(&self) -> &B {
         &self.kit
     }
