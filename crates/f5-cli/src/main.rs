@@ -1,6 +1,7 @@
 //! `f5`: F5-TTS zero-shot text-to-speech. Every failure ends as one readable line on stderr and
 //! a non-zero exit status.
 
+mod config;
 mod limits;
 mod npy;
 mod phonemes_cmd;
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -20,6 +21,10 @@ use clap::{Parser, Subcommand};
     about = "F5-TTS zero-shot text-to-speech: a short recording of a voice, its transcript and new text in; the new text spoken in that voice out."
 )]
 struct Cli {
+    /// A settings file with the defaults of --model, --vocoder, --device, --precision and
+    /// --voice (default $F5_HOME/config.toml, when it exists); flags override it.
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -93,6 +98,9 @@ struct ServeArgs {
     /// charactr/vocos-mel-24khz).
     #[arg(long)]
     vocoder: Option<String>,
+    /// The settings file's vocoder: used for the F5 models when --vocoder is not given.
+    #[arg(skip)]
+    default_vocoder: Option<String>,
     /// Address to listen on. Anything but loopback exposes the API to the network: set --token.
     #[arg(long, default_value = "127.0.0.1:7860")]
     addr: std::net::SocketAddr,
@@ -222,8 +230,9 @@ enum VoicesCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match config::Config::load(cli.config.as_deref()).and_then(|settings| run(settings.apply(cli, &matches))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("f5: error: {e:#}");
@@ -384,7 +393,8 @@ fn serve(a: ServeArgs) -> Result<()> {
         .unzip();
     let mut files = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
-        files.push(resolve::model_files(&hub, name, vocab_for(i)?, a.vocoder.as_deref(), resolve::Use::Server)?);
+        let vocoder = resolve::VocoderChoice { given: a.vocoder.as_deref(), default: a.default_vocoder.as_deref() };
+        files.push(resolve::model_files_with(&hub, name, vocab_for(i)?, vocoder, resolve::Use::Server)?);
     }
     if a.vocoder.is_some() && !files.iter().any(|f| f.clones_from_recording()) {
         bail!("--vocoder applies to F5 models, and none was given");

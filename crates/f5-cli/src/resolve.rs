@@ -102,9 +102,24 @@ pub enum Use {
     Server,
 }
 
+/// The vocoder asked for: on the command line (`given`), or by the settings file (`default`,
+/// which applies to F5 models only and is no mistake for a Kokoro one).
+#[derive(Clone, Copy, Default)]
+pub struct VocoderChoice<'a> {
+    pub given: Option<&'a str>,
+    pub default: Option<&'a str>,
+}
+
 /// A model name → its files, the family told from the files ([`f5_hub::Hub::resolve`]). For a
 /// Kokoro repository on the hub, voices are fetched on first use through the same hub.
-pub fn model_files(hub: &Arc<Hub>, name: &str, vocab: Option<&str>, vocoder: Option<&str>, usage: Use) -> Result<f5_synth::ModelFiles> {
+pub fn model_files_with(
+    hub: &Arc<Hub>,
+    name: &str,
+    vocab: Option<&str>,
+    choice: VocoderChoice<'_>,
+    usage: Use,
+) -> Result<f5_synth::ModelFiles> {
+    let vocoder = choice.given;
     let resolved = hub.resolve(name, vocab).with_context(|| format!("model {name:?}"))?;
     Ok(match resolved {
         f5_hub::Resolved::F5(r) => {
@@ -113,7 +128,7 @@ pub fn model_files(hub: &Arc<Hub>, name: &str, vocab: Option<&str>, vocoder: Opt
             };
             crate::limits::require_regular_file(&r.checkpoint, "checkpoint")?;
             crate::limits::require_regular_file(&vocab, "vocabulary")?;
-            let vocoder = self::vocoder(hub, vocoder.unwrap_or(DEFAULT_VOCODER))?;
+            let vocoder = self::vocoder(hub, vocoder.or(choice.default).unwrap_or(DEFAULT_VOCODER))?;
             f5_synth::ModelFiles::F5 { checkpoint: r.checkpoint, vocab, vocoder }
         }
         f5_hub::Resolved::Kokoro(k) => {

@@ -28,6 +28,9 @@ pub struct SynthArgs {
     /// (default charactr/vocos-mel-24khz).
     #[arg(long)]
     pub vocoder: Option<String>,
+    /// The settings file's vocoder: used for F5 models when --vocoder is not given.
+    #[arg(skip)]
+    pub default_vocoder: Option<String>,
     /// The voice. Kokoro: a voice name (af_heart, the default; am_adam, bf_emma, …), a voice
     /// file (.pt, .bin), or a weighted mix such as `af_bella(2)+af_sky`. F5: an id in the voice
     /// store (`f5 voices list`), or a directory with reference.wav (or .mp3/.flac/.ogg) and
@@ -264,8 +267,14 @@ pub fn run(args: SynthArgs) -> Result<()> {
         check_spectrogram_path(p)?;
     }
     let hub = Arc::new(resolve::hub(args.quiet));
-    let files = resolve::model_files(&hub, &args.model, args.vocab.as_deref(), args.vocoder.as_deref(), resolve::Use::Command)
-        .map_err(|e| if args.model == resolve::DEFAULT_MODEL { resolve::default_model_hint(e) } else { e })?;
+    let vocoder = resolve::VocoderChoice { given: args.vocoder.as_deref(), default: args.default_vocoder.as_deref() };
+    let files = resolve::model_files_with(&hub, &args.model, args.vocab.as_deref(), vocoder, resolve::Use::Command).map_err(|e| {
+        if args.model == resolve::DEFAULT_MODEL {
+            resolve::default_model_hint(e)
+        } else {
+            e
+        }
+    })?;
     let started = Instant::now();
     let device = f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)?;
     let threads = crate::limits::clamp_threads(args.threads);

@@ -1,0 +1,164 @@
+//! What a new user meets in the first hour, through the `f5` binary on the fixtures: the
+//! settings file, mistyped paths, clipped references, `f5 chunks`, inspect, wrong-family
+//! errors, the voice store and the daemon's warnings.
+
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+/// A fresh directory for one test (F5_HOME, HF_HOME, outputs).
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("f5-first-hour-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `f5 ARGS` in the fixtures with its own F5_HOME and Hugging Face cache, offline.
+fn f5_in(home: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = command(home).args(args).output().expect("run f5");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn command(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_f5"));
+    c.current_dir(fixtures())
+        .env("F5_HOME", home.join("f5"))
+        .env("HF_HOME", home.join("hf"))
+        .env_remove("HF_HUB_CACHE")
+        .env_remove("F5_TOKEN")
+        .env("HF_HUB_OFFLINE", "1");
+    c
+}
+
+fn write_config(home: &Path, text: &str) -> PathBuf {
+    let dir = home.join("f5");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn report(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+const TINY_F5: [&str; 4] = ["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt"];
+const REF: [&str; 4] = ["--ref", "audio/ref_22050.wav", "--ref-text", "The birch canoe slid on the smooth planks."];
+
+/// The settings file names the model and voice, so a bare `f5 synth` uses them (without it,
+/// the default is Kokoro from the hub, which offline and uncached fails).
+#[test]
+fn the_settings_file_gives_the_model_and_voice() {
+    let home = scratch("config-model");
+    let out = home.join("x.wav");
+    let json = home.join("r.json");
+    let args = ["synth", "-q", "-t", "Good morning.", "-o", out.to_str().unwrap(), "--report-json", json.to_str().unwrap()];
+    let (ok, _, err) = f5_in(&home, &args);
+    assert!(!ok && err.contains("hexgrad/Kokoro-82M"), "without settings the default model is the hub's: {err}");
+    write_config(&home, "model = \"kokoro/release-small\"\nvoice = \"am_mirror\"\nvocoder = \"models/vocos-tiny\"\n");
+    let (ok, _, err) = f5_in(&home, &args);
+    assert!(ok, "{err}");
+    let r = report(&json);
+    assert_eq!(
+        (r["model"].as_str(), r["voice"].as_str(), r["family"].as_str()),
+        (Some("kokoro/release-small"), Some("am_mirror"), Some("kokoro"))
+    );
+    // The file's vocoder is a default for F5 models (the fixture F5 model has none beside it, so
+    // without the setting this would look for charactr/vocos-mel-24khz offline and fail).
+    let (ok, _, err) = f5_in(&home, &[&args[..], &TINY_F5[..], &REF[..]].concat());
+    assert!(ok, "the file's vocoder serves the F5 model: {err}");
+    assert_eq!(report(&json)["family"], "f5");
+    // Flags win over the file: an explicit --voice, and a --device the file sets otherwise.
+    write_config(&home, "model = \"kokoro/release-small\"\nvoice = \"am_nobody\"\ndevice = \"cuda:7\"\n");
+    let (ok, _, err) = f5_in(&home, &[&args[..], &["--voice", "af_heart", "--device", "cpu"][..]].concat());
+    assert!(ok, "{err}");
+    assert_eq!(report(&json)["voice"], "af_heart");
+    // And the file's values are used when the flags are not given.
+    let (ok, _, err) = f5_in(&home, &[&args[..], &["--voice", "af_heart"][..]].concat());
+    assert!(!ok && err.contains("cuda"), "the file's device applies: {err}");
+    let (ok, _, err) = f5_in(&home, &[&args[..], &["--device", "cpu"][..]].concat());
+    assert!(!ok && err.contains("am_nobody"), "the file's voice applies: {err}");
+}
+
+/// `--config PATH` names another file; a mistake in it is one line naming the file and the key.
+#[test]
+fn a_settings_mistake_is_one_line_naming_file_and_key() {
+    let home = scratch("config-errors");
+    let other = home.join("mine.toml");
+    for (text, needle) in [
+        ("modle = \"kokoro/release-small\"\n", "unknown key `modle`"),
+        ("precision = \"f16\"\n", "`precision` is \"f16\""),
+        ("model = [1]\n", "`model` must be a string"),
+        ("model = \"a\"\nvoice = \n", "line 2"),
+    ] {
+        std::fs::write(&other, text).unwrap();
+        let (ok, _, err) = f5_in(&home, &["--config", other.to_str().unwrap(), "voices", "list"]);
+        assert!(!ok, "{text:?} was accepted");
+        assert_eq!(err.trim_end().lines().count(), 1, "{text:?}: {err}");
+        assert!(err.contains(other.to_str().unwrap()) && err.contains(needle), "{text:?}: {err}");
+    }
+    // The default file is read too, and a --config that does not exist is an error.
+    let default = write_config(&home, "vocodr = \"x\"\n");
+    let (ok, _, err) = f5_in(&home, &["voices", "list"]);
+    assert!(!ok && err.contains(default.to_str().unwrap()) && err.contains("`vocodr`"), "{err}");
+    let (ok, _, err) = f5_in(&home, &["--config", "no/such.toml", "voices", "list"]);
+    assert!(!ok && err.contains("no/such.toml"), "{err}");
+}
+
+/// Starts `f5 serve` and returns it with the address from its banner and the stderr lines
+/// before the banner.
+// The child is handed to the caller, who kills and waits for it.
+#[allow(clippy::zombie_processes)]
+fn start_server(mut command: Command) -> (std::process::Child, String, Vec<String>) {
+    let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
+    let mut reader = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut before = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("f5 serve ended before listening: {before:?}");
+        }
+        if let Some(rest) = line.split("http://").nth(1) {
+            let addr = rest.split_whitespace().next().unwrap().to_string();
+            // Keep draining stderr so the server never blocks on a full pipe.
+            std::thread::spawn(move || {
+                let mut sink = String::new();
+                let _ = reader.read_to_string(&mut sink);
+            });
+            return (child, addr, before);
+        }
+        before.push(line);
+    }
+}
+
+fn http_get(addr: &str, path: &str, headers: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp
+}
+
+/// `f5 serve` with no --model serves the settings file's model.
+#[test]
+fn serve_without_a_model_serves_the_settings_default() {
+    let home = scratch("config-serve");
+    write_config(&home, "model = \"kokoro/release-small\"\n");
+    let mut c = command(&home);
+    c.args(["serve", "--addr", "127.0.0.1:0"]);
+    let (mut child, addr, _) = start_server(c);
+    let resp = http_get(&addr, "/models", "");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    // The fixture release's two voices: the hub's release (the default otherwise) has 54.
+    assert!(resp.contains(r#""voices":["af_heart","am_mirror"]"#) && resp.contains(r#""family":"kokoro""#), "{resp}");
+}
