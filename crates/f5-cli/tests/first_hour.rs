@@ -162,3 +162,35 @@ fn serve_without_a_model_serves_the_settings_default() {
     // The fixture release's two voices: the hub's release (the default otherwise) has 54.
     assert!(resp.contains(r#""voices":["af_heart","am_mirror"]"#) && resp.contains(r#""family":"kokoro""#), "{resp}");
 }
+
+/// A mistyped local path is "no such file" with the nearest entry that exists, and no request
+/// goes to the hub (the endpoint here is a closed port: a download attempt would say "could
+/// not reach"); a real `owner/repo/file` reference still goes to the hub.
+#[test]
+fn a_mistyped_path_is_no_such_file_not_a_download() {
+    let home = scratch("typo");
+    let out = home.join("x.wav");
+    let run = |model: &[&str]| {
+        let mut c = command(&home);
+        c.env_remove("HF_HUB_OFFLINE").env("HF_ENDPOINT", "http://127.0.0.1:1");
+        c.args([&["synth", "-q", "-t", "Hi.", "-o", out.to_str().unwrap()][..], model, &REF[..]].concat());
+        let o = c.output().unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (ok, err) = run(&["-m", "models/f5-tiny", "--vocab", "vocab.txt"]);
+    assert!(!ok);
+    assert!(err.contains("'models/f5-tiny': no such file or directory"), "{err}");
+    assert!(err.contains("'models/f5-tiny-v1'"), "the nearest match is suggested: {err}");
+    assert!(!err.contains("127.0.0.1:1"), "no request to the hub: {err}");
+    for typo in ["./models/f5-tiny-v1/model.safetensor", "model.safetensors", "/nonexistent/f5/model.pt"] {
+        let (ok, err) = run(&["-m", typo, "--vocab", "vocab.txt"]);
+        assert!(!ok && err.contains("no such file or directory") && !err.contains("127.0.0.1:1"), "{typo}: {err}");
+    }
+    let (ok, err) = run(&["-m", "models/f5-tiny-v1", "--vocab", "vocab.tx", "--vocoder", "models/vocos-tiny"]);
+    assert!(!ok && err.contains("'vocab.tx': no such file or directory; did you mean 'vocab.txt'?"), "{err}");
+    let (ok, err) = run(&["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tyni"]);
+    assert!(!ok && err.contains("did you mean 'models/vocos-tiny'?"), "{err}");
+    // A hub reference whose owner is not a directory here is asked of the hub.
+    let (ok, err) = run(&["-m", "someone/some-repo/model.safetensors"]);
+    assert!(!ok && err.contains("127.0.0.1:1"), "a reference goes to the hub: {err}");
+}
