@@ -160,8 +160,10 @@ pub struct SynthArgs {
 /// The voice for models with named voices when `--voice` is not given.
 pub const DEFAULT_VOICE: &str = "af_heart";
 
-/// A reference recording and its transcript, prepared (families that clone).
-fn load_recording(args: &SynthArgs) -> Result<Voice> {
+/// A reference recording and its transcript, prepared (families that clone), and what the
+/// ≤ 12 s rule cut from it. A recording that lost speech is refused unless `--transcriber` is
+/// given, which then transcribes the part that is kept.
+fn load_recording(args: &SynthArgs) -> Result<(Voice, Option<ReferenceClip>)> {
     let (audio, transcript) = match (&args.voice, &args.reference, &args.reference_text) {
         (Some(name), _, _) => resolve::voice(name)?,
         (None, Some(wav), Some(t)) => (wav.clone(), t.clone()),
@@ -172,24 +174,46 @@ fn load_recording(args: &SynthArgs) -> Result<Voice> {
     if !(args.target_rms.is_finite() && args.target_rms > 0.0 && args.target_rms <= 1.0) {
         bail!("--target-rms must be in (0, 1], got {}", args.target_rms);
     }
-    let (voice, cut) = Voice::load_capped(&audio, &transcript, args.target_rms)?;
-    if cut {
-        let seconds = f5_audio::decode::DecodeLimit::REFERENCE.max_seconds;
-        eprintln!("f5: {} is longer than {seconds} s; only its first {seconds} s were read (3–12 s of speech is best)", audio.display());
-    }
-    Ok(voice)
+    let voice = Voice::load_kept(&audio, &transcript, args.target_rms)?;
+    let Some(clipped) = voice.clipped else { return Ok((voice, None)) };
+    let Some(addr) = &args.transcriber else {
+        let e = voice.require_whole().err().map(|e| e.to_string()).unwrap_or_default();
+        bail!("{}: {e} (or pass --transcriber HOST:PORT to transcribe the kept part)", audio.display());
+    };
+    let transcriber = f5_verify::Transcriber::new(addr, args.language.clone()).with_context(|| format!("transcriber {addr}"))?;
+    let heard = f5_verify::Transcribe::transcribe(&transcriber, &voice.wave, 24_000)
+        .with_context(|| format!("transcriber {addr}"))?
+        .filter(|t| !t.trim().is_empty());
+    let Some(heard) = heard else {
+        bail!(
+            "{}: {}; the transcriber {addr} gave no transcript of the kept part: trim the recording to 3–12 s of speech",
+            audio.display(),
+            clipped.describe()
+        );
+    };
+    let heard = heard.trim().to_string();
+    eprintln!("f5: {}: {}; the transcriber heard in the kept part: \"{heard}\"", audio.display(), clipped.describe());
+    Ok((voice.with_transcript(&heard)?, Some(ReferenceClip { clipped, transcript: heard })))
+}
+
+/// What the report says of a reference recording the ≤ 12 s rule cut.
+struct ReferenceClip {
+    clipped: f5_synth::Clipped,
+    /// What the transcriber heard in the kept part (the transcript used instead of the given one).
+    transcript: String,
 }
 
 /// The voice of the whole text: a recording for a model that clones (or whenever --ref is
 /// given, so a model that does not clone can say so), else a name.
-fn main_voice(args: &SynthArgs, engine: &dyn SpeechEngine) -> Result<VoiceRef> {
+fn main_voice(args: &SynthArgs, engine: &dyn SpeechEngine) -> Result<(VoiceRef, Option<ReferenceClip>)> {
     if engine.info().clones_from_recording || args.reference.is_some() {
-        return Ok(VoiceRef::Recording(Arc::new(load_recording(args)?)));
+        let (voice, clip) = load_recording(args)?;
+        return Ok((VoiceRef::Recording(Arc::new(voice)), clip));
     }
     if args.target_rms != 0.1 {
         bail!("--target-rms applies to reference recordings; this model speaks in named voices");
     }
-    Ok(VoiceRef::Named(args.voice.clone().unwrap_or_else(|| DEFAULT_VOICE.to_string())))
+    Ok((VoiceRef::Named(args.voice.clone().unwrap_or_else(|| DEFAULT_VOICE.to_string())), None))
 }
 
 /// The voice of a `[name]` piece of a multi-voice text: a store id for a model that clones, a
@@ -288,7 +312,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
         engine.set_listen_back(f5_synth::ListenBack { transcriber: Box::new(transcriber), language });
     }
     let engine: &dyn SpeechEngine = &*engine;
-    let voice = main_voice(&args, engine)?;
+    let (voice, reference_clip) = main_voice(&args, engine)?;
     let load_seconds = started.elapsed().as_secs_f64();
     let mut opts = SpeakOptions::default();
     opts.speed = args.speed;
@@ -446,7 +470,14 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let total: f5_synth::TotalScore = chunks.iter().map(|c| &c.score).collect();
     let secs = samples_written as f64 / engine.info().sample_rate as f64;
     if let Some(p) = &args.report_json {
-        let run = RunFacts { family: engine.info().family, seed, audio_seconds: secs, load_seconds, synth_seconds };
+        let run = RunFacts {
+            family: engine.info().family,
+            seed,
+            audio_seconds: secs,
+            load_seconds,
+            synth_seconds,
+            reference_clip: reference_clip.as_ref(),
+        };
         write_report(p, &args, &opts, &run, &chunks, &words, &total)?;
     }
     let score = if args.transcriber.is_none() {
@@ -702,8 +733,9 @@ fn check_spectrogram_path(path: &Path) -> Result<()> {
 }
 
 /// What the report says about the run as a whole.
-struct RunFacts {
+struct RunFacts<'a> {
     family: &'static str,
+    reference_clip: Option<&'a ReferenceClip>,
     seed: u64,
     audio_seconds: f64,
     load_seconds: f64,
@@ -714,7 +746,7 @@ fn write_report(
     path: &Path,
     args: &SynthArgs,
     opts: &SpeakOptions,
-    run: &RunFacts,
+    run: &RunFacts<'_>,
     chunks: &[f5_synth::ChunkReport],
     words: &[f5_synth::WordTime],
     total: &f5_synth::TotalScore,
@@ -749,6 +781,13 @@ fn write_report(
     });
     if opts.word_timestamps {
         report["words"] = serde_json::to_value(words)?;
+    }
+    if let Some(r) = run.reference_clip {
+        report["reference_clipped"] = serde_json::json!({
+            "speech_seconds": r.clipped.speech_seconds, "kept_seconds": r.clipped.kept_seconds,
+            "kept_speech_seconds": r.clipped.kept_speech_seconds, "file_cut": r.clipped.file_cut,
+            "transcript_used": r.transcript,
+        });
     }
     std::fs::write(path, serde_json::to_string_pretty(&report)?).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -194,3 +194,70 @@ fn a_mistyped_path_is_no_such_file_not_a_download() {
     let (ok, err) = run(&["-m", "someone/some-repo/model.safetensors"]);
     assert!(!ok && err.contains("127.0.0.1:1"), "a reference goes to the hub: {err}");
 }
+
+#[path = "../../f5-verify/tests/fake_whisper/mod.rs"]
+#[allow(dead_code)]
+mod fake_whisper;
+
+/// A recording longer than the ≤ 12 s rule keeps loses speech while its transcript stays whole:
+/// refused, saying what was kept and what to do; with a transcriber the kept part is
+/// transcribed, said on stderr and in the report. The store refuses it too.
+#[test]
+fn a_clipped_reference_is_said_and_refused_unless_transcribed() {
+    let home = scratch("clipped");
+    let out = home.join("x.wav");
+    let json = home.join("r.json");
+    let transcript = std::fs::read_to_string(fixtures().join("audio/clip_continuous.txt")).unwrap();
+    let tiny = ["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tiny"];
+    let base = [
+        "synth",
+        "-q",
+        "--ref",
+        "audio/clip_continuous.wav",
+        "--ref-text",
+        transcript.trim(),
+        "-t",
+        "Hi there.",
+        "--nfe",
+        "2",
+        "-o",
+        out.to_str().unwrap(),
+        "--report-json",
+        json.to_str().unwrap(),
+    ];
+    let (ok, _, err) = f5_in(&home, &[&base[..], &tiny[..]].concat());
+    assert!(!ok, "a clipped reference with its whole transcript was used: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("20.0 s of speech; only its first 12.0 s are used") && err.contains("trim the recording"), "{err}");
+    assert!(err.contains("--transcriber"), "{err}");
+    // The same recording with a transcriber: the kept part is transcribed and used.
+    let whisper = fake_whisper::FakeWhisper::start(|_, _| fake_whisper::Reply::Text("The part that was kept.".into()));
+    let with_transcriber = ["--transcriber", whisper.address(), "--retries", "0", "--no-split-on-fail"];
+    let (ok, _, err) = f5_in(&home, &[&base[..], &tiny[..], &with_transcriber[..]].concat());
+    assert!(ok, "{err}");
+    assert!(err.contains("only its first 12.0 s are used") && err.contains("\"The part that was kept.\""), "{err}");
+    let first = whisper.requests().into_iter().next().expect("the reference was sent to the transcriber");
+    let Some(Ok(wav)) = first.wav else { panic!("no wav in {first:?}") };
+    // The kept part at 24 kHz: 12 s, plus the 50 ms the clip appends, minus what the edge trim took.
+    let seconds = wav.samples.len() as f64 / f64::from(wav.rate);
+    assert!((11.5..=12.1).contains(&seconds), "{seconds} s sent");
+    let r = report(&json);
+    assert_eq!(r["reference_clipped"]["transcript_used"], "The part that was kept.");
+    assert!((r["reference_clipped"]["speech_seconds"].as_f64().unwrap() - 20.0).abs() < 0.1, "{r}");
+    // A whole reference is not clipped and the report says nothing of it.
+    let (ok, _, err) = f5_in(
+        &home,
+        &[
+            &["synth", "-q"][..],
+            &tiny[..],
+            &REF[..],
+            &["-t", "Hi.", "--nfe", "2", "-o", out.to_str().unwrap(), "--report-json", json.to_str().unwrap()][..],
+        ]
+        .concat(),
+    );
+    assert!(ok, "{err}");
+    assert!(report(&json).get("reference_clipped").is_none());
+    // The store refuses it as well.
+    let (ok, _, err) = f5_in(&home, &["voices", "add", "long", "audio/clip_continuous.wav", "--transcript", transcript.trim()]);
+    assert!(!ok && err.contains("only its first 12.0 s are used"), "{err}");
+}

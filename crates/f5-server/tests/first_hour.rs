@@ -1,0 +1,29 @@
+//! What a new user meets first in the daemon, over real HTTP on a loopback port.
+
+mod common;
+
+use common::*;
+use reqwest::multipart::{Form, Part};
+
+/// A recording whose speech the ≤ 12 s rule cuts is refused at upload, saying what is kept and
+/// what to do: its whole transcript would no longer match the audio the model hears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clipped_voice_upload_is_refused_saying_what_was_kept() {
+    let s = start().await;
+    let c = client();
+    let audio = std::fs::read(fixture("audio/clip_continuous.wav")).unwrap();
+    let transcript = std::fs::read_to_string(fixture("audio/clip_continuous.txt")).unwrap();
+    let form = Form::new()
+        .text("id", "long")
+        .text("transcript", transcript.trim().to_string())
+        .part("audio", Part::bytes(audio).file_name("long.wav"));
+    let r = c.post(s.url("/voices")).multipart(form).send().await.unwrap();
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!((400..500).contains(&status), "{status}: {body}");
+    assert!(message.contains("20.0 s of speech; only its first 12.0 s are used") && message.contains("trim the recording"), "{body}");
+    let listed: serde_json::Value = c.get(s.url("/voices")).send().await.unwrap().json().await.unwrap();
+    assert!(!listed.to_string().contains("\"long\""), "{listed}");
+    s.shutdown().await;
+}
