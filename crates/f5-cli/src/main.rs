@@ -1,6 +1,7 @@
 //! `f5`: F5-TTS zero-shot text-to-speech. Every failure ends as one readable line on stderr and
 //! a non-zero exit status.
 
+mod chunks_cmd;
 mod config;
 mod limits;
 mod npy;
@@ -55,15 +56,11 @@ enum Command {
         #[arg(long)]
         show_tokens: bool,
     },
-    /// Split a text into the chunks synthesis would generate one at a time (the reference's
-    /// sentence split and UTF-8 byte budget), one chunk per line.
-    Chunks {
-        /// A UTF-8 text file ("-" for standard input).
-        file: PathBuf,
-        /// Byte budget per chunk.
-        #[arg(long = "max", default_value_t = 135)]
-        max_bytes: usize,
-    },
+    /// Split a text into the chunks F5 synthesis generates one at a time, one per line (the
+    /// reference's sentence split and UTF-8 byte budget). Give the voice options of `f5 synth`
+    /// (--voice, or --ref and --ref-text) for exactly its chunks: the budget follows from the
+    /// reference. Kokoro's chunks: `f5 phonemes`.
+    Chunks(chunks_cmd::ChunksArgs),
     /// Print the phonemes Kokoro is given for a text, one chunk per line (`--json`: with tokens).
     Phonemes(phonemes_cmd::PhonemesArgs),
     /// Compute the log-mel the model is conditioned on for a reference recording: mono, RMS raised
@@ -255,12 +252,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Voices(cmd) => voices(cmd),
         Command::Serve(a) => serve(*a),
         Command::Tokens { vocab, file, show_tokens } => tokens(&vocab, &file, show_tokens),
-        Command::Chunks { file, max_bytes } => {
-            for chunk in f5_text::chunk_text(&read_text(&file)?, max_bytes) {
-                println!("{chunk}");
-            }
-            Ok(())
-        }
+        Command::Chunks(a) => chunks_cmd::run(a),
         Command::Phonemes(a) => phonemes_cmd::run(a),
         Command::Mel { input, output, raw } => mel(&input, &output, raw),
         Command::Vocode(a) => vocode(&a),

@@ -496,10 +496,12 @@ pub fn run(args: SynthArgs) -> Result<()> {
         }
     };
     eprintln!(
-        "{}: {secs:.2} s of audio in {synth_seconds:.1} s (RTF {:.2}), {chunk_count} chunk{}, seed {seed}{note}{score}",
+        "{}: {secs:.2} s of audio in {synth_seconds:.1} s (RTF {:.2}), {} chunk{}, seed {seed}{note}{score}",
         output.display(),
         synth_seconds / secs.max(1e-9),
-        if chunk_count == 1 { "" } else { "s" },
+        // The report's chunks: every piece of a multi-voice text, not only the last one's.
+        chunks.len(),
+        if chunks.len() == 1 { "" } else { "s" },
     );
     // Last, so a failure here costs neither the audio nor the report.
     if let Some(p) = &args.spectrogram {

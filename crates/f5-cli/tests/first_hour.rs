@@ -261,3 +261,72 @@ fn a_clipped_reference_is_said_and_refused_unless_transcribed() {
     let (ok, _, err) = f5_in(&home, &["voices", "add", "long", "audio/clip_continuous.wav", "--transcript", transcript.trim()]);
     assert!(!ok && err.contains("only its first 12.0 s are used"), "{err}");
 }
+
+/// `f5 chunks` with the voice options of `f5 synth` prints exactly the chunks synthesis makes
+/// (the budget follows from the reference) and says which budget it used; without them it says
+/// that the budget is the default. A multi-voice text's summary counts every piece's chunks.
+#[test]
+fn chunks_prints_what_synthesis_does_and_the_summary_counts_every_piece() {
+    let home = scratch("chunks");
+    let text_file = home.join("text.txt");
+    let text = "The first sentence is here, and it runs on for a while with several clauses. A second one follows it. \
+                Then a third sentence comes, also of some length, to fill the budget. And a short fourth. The fifth and last one ends it.";
+    // About 690 bytes: more than one chunk with the fixture reference's budget (496 bytes).
+    std::fs::write(&text_file, [text, text, text].join(" ")).unwrap();
+    let json = home.join("r.json");
+    let out = home.join("x.wav");
+    let tiny = ["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tiny"];
+    let (ok, _, err) = f5_in(
+        &home,
+        &[
+            &[
+                "synth",
+                "-q",
+                "-f",
+                text_file.to_str().unwrap(),
+                "--nfe",
+                "2",
+                "-o",
+                out.to_str().unwrap(),
+                "--report-json",
+                json.to_str().unwrap(),
+            ][..],
+            &tiny[..],
+            &REF[..],
+        ]
+        .concat(),
+    );
+    assert!(ok, "{err}");
+    let synthesised: Vec<String> =
+        report(&json)["chunks"].as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap().to_string()).collect();
+    let (ok, printed, err) = f5_in(&home, &[&["chunks", text_file.to_str().unwrap()][..], &REF[..]].concat());
+    assert!(ok, "{err}");
+    assert_eq!(printed.lines().collect::<Vec<_>>(), synthesised, "f5 chunks with the reference = synthesis");
+    assert!(err.contains(&format!("{} chunks; budget ", synthesised.len())) && err.contains("audio/ref_22050.wav"), "{err}");
+    // Without a reference: the default budget, said to be one, and different chunks here.
+    let (ok, default, err) = f5_in(&home, &["chunks", text_file.to_str().unwrap()]);
+    assert!(ok && err.contains("budget 135 bytes (the default") && err.contains("--ref"), "{err}");
+    assert_ne!(default.lines().count(), synthesised.len(), "the fixture reference's budget differs from 135: {default}");
+
+    // Multi-voice: [main] … [birch] … [main] … is three chunks, in the report and the summary.
+    let (ok, _, err) =
+        f5_in(&home, &["voices", "add", "birch", "audio/ref_22050.wav", "--transcript", "The birch canoe slid on the smooth planks."]);
+    assert!(ok, "{err}");
+    let multi = "[main] Hello there. [birch] I am the birch voice. [main] Back to me.";
+    let (ok, _, err) = f5_in(
+        &home,
+        &[
+            &["synth", "-t", multi, "--nfe", "2", "-o", out.to_str().unwrap(), "--report-json", json.to_str().unwrap()][..],
+            &tiny[..],
+            &REF[..],
+        ]
+        .concat(),
+    );
+    assert!(ok, "{err}");
+    assert_eq!(report(&json)["chunks"].as_array().unwrap().len(), 3);
+    assert!(err.contains(", 3 chunks, seed"), "{err}");
+    std::fs::write(&text_file, multi).unwrap();
+    let (ok, printed, err) = f5_in(&home, &[&["chunks", text_file.to_str().unwrap()][..], &REF[..]].concat());
+    assert!(ok, "{err}");
+    assert_eq!(printed.lines().collect::<Vec<_>>(), ["[main] Hello there.", "[birch] I am the birch voice.", "[main] Back to me."]);
+}
