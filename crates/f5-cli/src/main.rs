@@ -232,10 +232,25 @@ fn main() -> ExitCode {
     match config::Config::load(cli.config.as_deref()).and_then(|settings| run(settings.apply(cli, &matches))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("f5: error: {e:#}");
+            eprintln!("f5: error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes joined by ": ", each said once: an error that prints its source in
+/// its own message and also returns it as `source()` (common with `#[error("…: {0}")]` over
+/// I/O errors) would otherwise print the cause twice.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let said = parts.last().is_some_and(|last| *last == text || last.ends_with(&format!(": {text}")));
+        if !said && !text.is_empty() {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -526,14 +541,56 @@ fn voices(cmd: VoicesCommand) -> Result<()> {
     Ok(())
 }
 
+/// The weights file in a model directory, as `f5 synth` finds it for either family: Kokoro's
+/// release checkpoint, else the one `.safetensors` (which wins over `.pt` files), else the one
+/// `.pt`, else a vocoder's `pytorch_model.bin`.
+fn checkpoint_in(dir: &Path) -> Result<PathBuf> {
+    let kokoro = dir.join(f5_hub::KOKORO_CHECKPOINT);
+    if kokoro.is_file() {
+        return Ok(kokoro);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    let with = |ext: &str| files.iter().filter(|p| p.extension().is_some_and(|e| e == ext)).cloned().collect::<Vec<_>>();
+    for ext in ["safetensors", "pt"] {
+        match with(ext).as_slice() {
+            [one] => return Ok(one.clone()),
+            [] => {}
+            many => {
+                let names: Vec<String> = many.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+                bail!("several checkpoints in {} ({}): name the file", dir.display(), names.join(", "))
+            }
+        }
+    }
+    let bin = dir.join("pytorch_model.bin");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    bail!("no checkpoint (kokoro-v1_0.pth, *.safetensors, *.pt, pytorch_model.bin) in {}", dir.display())
+}
+
 fn inspect(name: &str, json: bool) -> Result<()> {
-    let path = if Path::new(name).exists() {
+    let hub = resolve::hub(false);
+    let local = hub.config().models_dir().join(name);
+    let path = if Path::new(name).is_dir() {
+        checkpoint_in(Path::new(name))?
+    } else if Path::new(name).exists() {
         PathBuf::from(name)
+    } else if f5_hub::is_valid_id(name) && local.is_dir() {
+        checkpoint_in(&local)?
     } else {
-        let hub = resolve::hub(false);
-        match hub.resolve_model(name, None) {
-            Ok(r) => r.checkpoint,
-            Err(_) => hub.resolve_vocoder(name).with_context(|| format!("{name:?}: no such file, local id or reference"))?.weights,
+        match hub.resolve(name, None) {
+            Ok(f5_hub::Resolved::F5(r)) => r.checkpoint,
+            Ok(f5_hub::Resolved::Kokoro(k)) if k.checkpoint.is_dir() => checkpoint_in(&k.checkpoint)?,
+            Ok(f5_hub::Resolved::Kokoro(k)) => k.checkpoint,
+            Err(model_error) => match hub.resolve_vocoder(name) {
+                Ok(v) => v.weights,
+                Err(_) => return Err(model_error.into()),
+            },
         }
     };
     let path = path.as_path();

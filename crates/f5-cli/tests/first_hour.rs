@@ -330,3 +330,29 @@ fn chunks_prints_what_synthesis_does_and_the_summary_counts_every_piece() {
     assert!(ok, "{err}");
     assert_eq!(printed.lines().collect::<Vec<_>>(), ["[main] Hello there.", "[birch] I am the birch voice.", "[main] Back to me."]);
 }
+
+/// `f5 models inspect` takes the directories `f5 synth` takes, of every family.
+#[test]
+fn inspect_takes_a_model_directory() {
+    let home = scratch("inspect");
+    for (dir, kind) in [("models/f5-tiny-v1", "f5"), ("models/vocos-tiny", "vocos"), ("kokoro/release-small", "kokoro")] {
+        let (ok, out, err) = f5_in(&home, &["models", "inspect", dir, "--json"]);
+        assert!(ok, "{dir}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["kind"], kind, "{dir}");
+    }
+}
+
+/// An error whose cause is printed in its own message and again as its source is said once:
+/// the busy port of `f5 serve`.
+#[test]
+fn a_busy_port_is_said_once() {
+    let home = scratch("busy");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (ok, _, err) = f5_in(&home, &["serve", "-m", "kokoro/release-small", "--addr", &addr]);
+    assert!(!ok);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(err.matches("(os error 98)").count(), 1, "each cause once: {err}");
+    drop(taken);
+}
