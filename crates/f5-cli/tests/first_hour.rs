@@ -356,3 +356,36 @@ fn a_busy_port_is_said_once() {
     assert_eq!(err.matches("(os error 98)").count(), 1, "each cause once: {err}");
     drop(taken);
 }
+
+/// A model of one family where another is expected is named by the family found, not by a
+/// missing tensor.
+#[test]
+fn the_wrong_family_is_named() {
+    let home = scratch("family");
+    let out = home.join("x.wav");
+    let base = ["synth", "-q", "-t", "Hi.", "--ref", "audio/ref_22050.wav", "--ref-text", "The birch canoe.", "-o", out.to_str().unwrap()];
+    for (extra, needle) in [
+        (
+            &["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/f5-tiny-v1/model.safetensors"][..],
+            "this is an F5-TTS model, not a vocoder",
+        ),
+        (
+            &["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/f5-tiny-v1"][..],
+            "this is an F5-TTS model, not a vocoder",
+        ),
+        (
+            &["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "kokoro/release-small/kokoro-v1_0.pth"][..],
+            "this is a Kokoro model, not a vocoder",
+        ),
+        (
+            &["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "kokoro/release-small"][..],
+            "this is a Kokoro model, not a vocoder",
+        ),
+        (&["-m", "models/vocos-tiny", "--vocab", "vocab.txt"][..], "this is a Vocos vocoder, not a model"),
+        (&["-m", "models/vocos-tiny/pytorch_model.bin", "--vocab", "vocab.txt"][..], "this is a Vocos vocoder, not a model"),
+    ] {
+        let (ok, _, err) = f5_in(&home, &[&base[..], extra].concat());
+        assert!(!ok && err.contains(needle), "{extra:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}
