@@ -515,6 +515,12 @@ fn human_bytes(n: u64) -> String {
 }
 
 fn voices(cmd: VoicesCommand) -> Result<()> {
+    // Listing reads: a store that does not exist yet is empty, and is not created.
+    let root = f5_synth::store::f5_home().join("voices");
+    if matches!(cmd, VoicesCommand::List) && !root.is_dir() {
+        eprintln!("no voices in {} yet: `f5 voices add ID recording.wav --transcript \"...\"`", root.display());
+        return Ok(());
+    }
     let store = f5_synth::VoiceStore::from_env()?;
     match cmd {
         VoicesCommand::List => {

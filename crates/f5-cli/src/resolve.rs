@@ -109,6 +109,12 @@ pub fn voice(name: &str) -> Result<(PathBuf, String)> {
         return voice_dir(as_path);
     }
     if f5_synth::valid_id(name) {
+        // Reading never writes: a store that does not exist yet has no voices (opening it would
+        // create it).
+        let root = f5_synth::store::f5_home().join("voices");
+        if !root.is_dir() {
+            bail!("voice {name:?}: no such voice; the voice store {} is empty (`f5 voices add`)", root.display());
+        }
         let store = f5_synth::VoiceStore::from_env()?;
         let e = store.get(name)?;
         return Ok((e.audio, e.transcript));

@@ -217,22 +217,19 @@ fn main_voice(args: &SynthArgs, engine: &dyn SpeechEngine) -> Result<(VoiceRef, 
 }
 
 /// The voice of a `[name]` piece of a multi-voice text: a store id for a model that clones, a
-/// voice name otherwise; `None` when there is no such voice (the main voice speaks it).
-fn piece_voice(name: &str, args: &SynthArgs, engine: &dyn SpeechEngine, files: &ModelFiles) -> Result<Option<VoiceRef>> {
+/// voice name otherwise. A name that is neither is an error naming the tag: speaking the piece
+/// in the main voice instead would hide a typo in the text.
+fn piece_voice(name: &str, args: &SynthArgs, engine: &dyn SpeechEngine, files: &ModelFiles) -> Result<VoiceRef> {
     if engine.info().clones_from_recording {
-        if !f5_synth::valid_id(name) {
-            return Ok(None);
-        }
-        return Ok(match resolve::voice(name) {
-            Ok((wav, transcript)) => Some(VoiceRef::Recording(Arc::new(Voice::load(&wav, &transcript, args.target_rms)?))),
-            Err(_) => None,
-        });
+        let (wav, transcript) = resolve::voice(name).map_err(|e| anyhow::anyhow!("voice [{name}] in the text: {e:#}"))?;
+        return Ok(VoiceRef::Recording(Arc::new(Voice::load(&wav, &transcript, args.target_rms)?)));
     }
-    Ok(files.check_voice_name(name).is_ok().then(|| VoiceRef::Named(name.to_string())))
+    files.check_voice_name(name).map_err(|e| anyhow::anyhow!("voice [{name}] in the text: {e}"))?;
+    Ok(VoiceRef::Named(name.to_string()))
 }
 
 /// The official CLI's multi-voice text: `[name]` starts a piece spoken by voice `name` (a store
-/// id; `main`, or an unknown name, is the voice given on the command line). Pieces are split
+/// id; `main` is the voice given on the command line; an unknown name is an error). Pieces are split
 /// before every `[word]` tag, the tag removed, and the text trimmed; empty pieces are skipped.
 pub fn voice_pieces(text: &str) -> Vec<(Option<String>, String)> {
     let is_word = |c: char| c.is_alphanumeric() || c == '_';
@@ -401,13 +398,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
                 let mut whole = f5_synth::Audio::default();
                 for (name, piece) in &pieces {
                     let piece_voice = match name.as_deref() {
-                        Some(n) if n != "main" => {
-                            let v = piece_voice(n, &args, engine, &files)?;
-                            if v.is_none() {
-                                eprintln!("voice [{n}] is not one this model has: using the main voice for it");
-                            }
-                            v
-                        }
+                        Some(n) if n != "main" => Some(piece_voice(n, &args, engine, &files)?),
                         _ => None,
                     };
                     let offset = whole.samples.len() as f64 / rate as f64;

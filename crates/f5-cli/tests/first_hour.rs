@@ -389,3 +389,27 @@ fn the_wrong_family_is_named() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
 }
+
+/// Reading the voice store never writes it, and a `[tag]` naming no voice is an error naming
+/// the tag, for both families (not the main voice speaking the piece in silence).
+#[test]
+fn reading_voices_writes_nothing_and_an_unknown_tag_is_an_error() {
+    let home = scratch("voices-read");
+    let (ok, out, err) = f5_in(&home, &["voices", "list"]);
+    assert!(ok && out.is_empty() && err.contains("no voices"), "{err}");
+    assert!(!home.join("f5").exists(), "voices list created {}", home.join("f5").display());
+    let out = home.join("x.wav");
+    let tiny = ["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tiny"];
+    let text = "Hello there. [birhc] Hi from another voice. [main] And back.";
+    let (ok, _, err) =
+        f5_in(&home, &[&["synth", "-q", "-t", text, "--nfe", "2", "-o", out.to_str().unwrap()][..], &tiny[..], &REF[..]].concat());
+    assert!(!ok && err.contains("[birhc]"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!home.join("f5").exists(), "a voice lookup created the store");
+    let (ok, _, err) =
+        f5_in(&home, &["synth", "-q", "-m", "kokoro/release-small", "-t", "Hi. [af_nobody] Hello.", "-o", out.to_str().unwrap()]);
+    assert!(!ok && err.contains("[af_nobody]"), "{err}");
+    let (ok, _, err) =
+        f5_in(&home, &["synth", "-q", "-m", "kokoro/release-small", "-t", "Hi. [am_mirror] Hello.", "-o", out.to_str().unwrap()]);
+    assert!(ok, "a voice the model has: {err}");
+}
