@@ -425,6 +425,14 @@ fn serve(a: ServeArgs) -> Result<()> {
     config.addr = a.addr;
     config.more_models = more_models;
     config.token = a.token.filter(|t| !t.is_empty());
+    if config.token.is_none() && !a.addr.ip().is_loopback() {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "f5 serve: WARNING: listening on {} without --token: anyone who can reach this machine can use the API, add and delete voices. Set --token (or F5_TOKEN), or listen on 127.0.0.1.",
+            a.addr
+        );
+    }
     config.unload_after = a.unload_after.map(std::time::Duration::from_secs);
     config.queue_capacity = a.queue;
     config.threads = limits::clamp_threads(a.threads);

@@ -413,3 +413,22 @@ fn reading_voices_writes_nothing_and_an_unknown_tag_is_an_error() {
         f5_in(&home, &["synth", "-q", "-m", "kokoro/release-small", "-t", "Hi. [am_mirror] Hello.", "-o", out.to_str().unwrap()]);
     assert!(ok, "a voice the model has: {err}");
 }
+
+/// Listening beyond loopback without a token is warned about, loudly and before the banner;
+/// on loopback, or with a token, it is not.
+#[test]
+fn serving_the_network_without_a_token_warns() {
+    let home = scratch("warn");
+    let serve = |extra: &[&str]| {
+        let mut c = command(&home);
+        c.args([&["serve", "-m", "kokoro/release-small"][..], extra].concat());
+        let (mut child, _, before) = start_server(c);
+        let _ = child.kill();
+        let _ = child.wait();
+        before.concat()
+    };
+    let warned = serve(&["--addr", "0.0.0.0:0"]);
+    assert!(warned.contains("WARNING") && warned.contains("without --token"), "{warned:?}");
+    assert!(!serve(&["--addr", "127.0.0.1:0"]).contains("WARNING"));
+    assert!(!serve(&["--addr", "0.0.0.0:0", "--token", "a-secret"]).contains("WARNING"));
+}
