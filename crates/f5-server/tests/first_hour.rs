@@ -27,3 +27,28 @@ async fn a_clipped_voice_upload_is_refused_saying_what_was_kept() {
     assert!(!listed.to_string().contains("\"long\""), "{listed}");
     s.shutdown().await;
 }
+
+/// Every route the router has is in the README's endpoint table as "`METHOD /path`", so the
+/// README stays true when a route is added. The routes are read from the router's source, the
+/// one place they are declared.
+#[test]
+fn the_readme_lists_every_route() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(root.join("src/api.rs")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut routes = Vec::new();
+    for line in source.lines().map(str::trim).filter(|l| l.starts_with(".route(\"")) {
+        let rest = &line[".route(\"".len()..];
+        let path = &rest[..rest.find('"').expect("a closing quote")];
+        let handlers = &rest[path.len()..];
+        for (method, call) in [("GET", "get("), ("POST", "post("), ("DELETE", "delete("), ("PUT", "put("), ("PATCH", "patch(")] {
+            // `get(h)` opens the handlers; `.post(h)` chains another method.
+            if handlers.contains(&format!(" {call}")) || handlers.contains(&format!(".{call}")) {
+                routes.push(format!("{method} {path}"));
+            }
+        }
+    }
+    assert!(routes.len() >= 13, "the router's routes were not found in src/api.rs: {routes:?}");
+    let missing: Vec<&String> = routes.iter().filter(|r| !readme.contains(&format!("`{r}`"))).collect();
+    assert!(missing.is_empty(), "crates/f5-server/README.md does not list {missing:?}");
+}
