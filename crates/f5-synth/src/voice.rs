@@ -98,8 +98,8 @@ impl Voice {
     /// mono, raises the loudness to `target_rms` when quieter, resamples to 24 kHz and computes
     /// the mel.
     ///
-    /// Only the first [`DecodeLimit::REFERENCE`] seconds of the file are decoded (see
-    /// [`Voice::load_capped`] to learn whether the file held more).
+    /// Only the first [`DecodeLimit::REFERENCE`] seconds of the file are decoded (a longer file
+    /// counts as clipped: [`Clipped::file_cut`]).
     ///
     /// [`DecodeLimit::REFERENCE`]: f5_audio::decode::DecodeLimit::REFERENCE
     ///
