@@ -585,11 +585,69 @@ async fn add_voice(State(state): State<Shared>, req: Request) -> Result<(StatusC
     }
     let extension = extension.unwrap_or("wav");
     let store = state.store.clone();
+    let transcriber = state.config.transcriber.clone().map(|addr| (addr, state.config.language.clone()));
     // The store decodes the recording once, at most a reference's worth of it, and checks that
-    // it makes a usable voice before anything is written.
-    let entry =
-        tokio::task::spawn_blocking(move || store.add(&id, &transcript, &audio, extension, replace)).await.map_err(join_error)??;
-    Ok((StatusCode::CREATED, Json(json!({ "id": entry.id, "transcript": entry.transcript }))))
+    // it makes a usable voice before anything is written. A recording whose speech the ≤ 12 s
+    // rule cuts is refused by it, unless a transcriber can give the kept part its transcript.
+    let (entry, clipped) = tokio::task::spawn_blocking(move || {
+        let kept = match &transcriber {
+            Some((addr, language)) => transcribe_kept_part(&audio, extension, &transcript, addr, language.clone())?,
+            None => None,
+        };
+        Ok::<_, ApiError>(match kept {
+            Some(k) => (store.add(&id, &k.transcript, &k.wav, "wav", replace)?, Some(k.clipped)),
+            None => (store.add(&id, &transcript, &audio, extension, replace)?, None),
+        })
+    })
+    .await
+    .map_err(join_error)??;
+    let mut answer = json!({ "id": entry.id, "transcript": entry.transcript });
+    if let Some(c) = clipped {
+        answer["clipped"] = json!({
+            "message": format!("{}; the transcript is what the transcriber heard in the kept part", c.describe()),
+            "speech_seconds": c.speech_seconds, "kept_seconds": c.kept_seconds,
+        });
+    }
+    Ok((StatusCode::CREATED, Json(answer)))
+}
+
+/// The kept part of a recording the ≤ 12 s rule cut, as a wav, with its transcript.
+struct KeptPart {
+    wav: Vec<u8>,
+    transcript: String,
+    clipped: f5_synth::Clipped,
+}
+
+/// `None` when the recording is whole (it is stored as sent); else its kept part, transcribed.
+/// The kept part is stored instead of the recording, so the stored voice and its transcript
+/// match; its last 50 ms (the silence the clip appends) are left off so that clipping it again
+/// keeps all of it.
+fn transcribe_kept_part(
+    audio: &[u8],
+    extension: &str,
+    transcript: &str,
+    addr: &str,
+    language: Option<String>,
+) -> Result<Option<KeptPart>, ApiError> {
+    let limit = f5_audio::decode::DecodeLimit::REFERENCE;
+    let Ok(decoded) = f5_audio::decode::decode_bytes_limited(audio, "the recording", Some(extension), limit) else {
+        return Ok(None); // The store says what is wrong with it.
+    };
+    let Ok(voice) = f5_synth::Voice::prepare(&decoded.audio, transcript, f5_audio::level::TARGET_RMS) else { return Ok(None) };
+    let Some(clipped) = voice.clipped else { return Ok(None) };
+    let unusable = |m: String| ApiError::bad(format!("{}; {m}", clipped.describe()));
+    let transcriber = f5_verify::Transcriber::new(addr, language).map_err(|e| unusable(format!("the transcriber {addr}: {e}")))?;
+    let heard = f5_verify::Transcribe::transcribe(&transcriber, &voice.wave, 24_000)
+        .map_err(|e| unusable(format!("the transcriber {addr}: {e}")))?
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            unusable(format!("the transcriber {addr} gave no transcript of the kept part: trim the recording to 3–12 s of speech"))
+        })?;
+    let keep = voice.wave.len().saturating_sub(24_000 / 20);
+    let wav =
+        f5_verify::wav_bytes(&voice.wave[..keep], 24_000).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(Some(KeptPart { wav, transcript: heard, clipped }))
 }
 
 /// The container of an upload, from its file name or else its content type.
