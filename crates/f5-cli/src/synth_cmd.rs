@@ -39,9 +39,10 @@ pub struct SynthArgs {
     pub voice: Option<String>,
     /// F5: the reference recording (wav, mp3, flac, ogg); 3–12 s of clean speech works best.
     /// Longer recordings are clipped at a pause, as the reference implementation does.
-    #[arg(long = "ref", requires = "reference_text")]
+    #[arg(long = "ref")]
     pub reference: Option<PathBuf>,
-    /// F5: exactly what is said in the reference recording.
+    /// F5: exactly what is said in the reference recording (with --transcriber it may be left
+    /// out: the transcriber then hears it, and f5 shows what it heard).
     #[arg(long = "ref-text")]
     pub reference_text: Option<String>,
     /// The text to speak. `[name]` tags switch voices mid-text (store ids; `[main]` is the voice
@@ -167,6 +168,8 @@ fn load_recording(args: &SynthArgs) -> Result<(Voice, Option<ReferenceClip>)> {
     let (audio, transcript) = match (&args.voice, &args.reference, &args.reference_text) {
         (Some(name), _, _) => resolve::voice(name)?,
         (None, Some(wav), Some(t)) => (wav.clone(), t.clone()),
+        (None, Some(wav), None) => return transcribed_recording(args, wav),
+        (None, None, Some(_)) => bail!("--ref-text goes with --ref WAV, the recording it transcribes"),
         _ => bail!(
             "this model clones a voice: give --voice ID (a stored voice or a directory), or --ref WAV with --ref-text \"what it says\""
         ),
@@ -194,6 +197,34 @@ fn load_recording(args: &SynthArgs) -> Result<(Voice, Option<ReferenceClip>)> {
     let heard = heard.trim().to_string();
     eprintln!("f5: {}: {}; the transcriber heard in the kept part: \"{heard}\"", audio.display(), clipped.describe());
     Ok((voice.with_transcript(&heard)?, Some(ReferenceClip { clipped, transcript: heard })))
+}
+
+/// A reference recording without its transcript: the transcriber (`--transcriber`) hears the
+/// part that is kept, and f5 shows what it heard.
+fn transcribed_recording(args: &SynthArgs, wav: &Path) -> Result<(Voice, Option<ReferenceClip>)> {
+    let Some(addr) = &args.transcriber else {
+        bail!("--ref needs --ref-text \"exactly what the recording says\" (or --transcriber HOST:PORT to transcribe it)");
+    };
+    if !(args.target_rms.is_finite() && args.target_rms > 0.0 && args.target_rms <= 1.0) {
+        bail!("--target-rms must be in (0, 1], got {}", args.target_rms);
+    }
+    // The transcript is replaced by what is heard; until then a placeholder stands in.
+    let voice = Voice::load_kept(wav, "…", args.target_rms)?;
+    let transcriber = f5_verify::Transcriber::new(addr, args.language.clone()).with_context(|| format!("transcriber {addr}"))?;
+    let heard = f5_verify::Transcribe::transcribe(&transcriber, &voice.wave, 24_000)
+        .with_context(|| format!("transcriber {addr}"))?
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+    let Some(heard) = heard else {
+        bail!("{}: the transcriber {addr} gave no transcript; give it with --ref-text", wav.display());
+    };
+    let clip = voice.clipped.map(|clipped| ReferenceClip { clipped, transcript: heard.clone() });
+    let kept = match &clip {
+        Some(c) => format!(" ({}; what was heard is of the kept part)", c.clipped.describe()),
+        None => String::new(),
+    };
+    eprintln!("f5: {}: the transcriber heard \"{heard}\"{kept}", wav.display());
+    Ok((voice.with_transcript(&heard)?, clip))
 }
 
 /// What the report says of a reference recording the ≤ 12 s rule cut.

@@ -432,3 +432,23 @@ fn serving_the_network_without_a_token_warns() {
     assert!(!serve(&["--addr", "127.0.0.1:0"]).contains("WARNING"));
     assert!(!serve(&["--addr", "0.0.0.0:0", "--token", "a-secret"]).contains("WARNING"));
 }
+
+/// Without --ref-text, a transcriber hears the reference and f5 shows what it heard; without a
+/// transcriber the missing transcript is one line saying both ways out.
+#[test]
+fn a_missing_reference_transcript_is_transcribed_and_shown() {
+    let home = scratch("no-ref-text");
+    let out = home.join("x.wav");
+    let tiny = ["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tiny"];
+    let base = ["synth", "-q", "--ref", "audio/ref_22050.wav", "-t", "Hi there.", "--nfe", "2", "-o", out.to_str().unwrap()];
+    let (ok, _, err) = f5_in(&home, &[&base[..], &tiny[..]].concat());
+    assert!(!ok && err.contains("--ref-text") && err.contains("--transcriber"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let whisper = fake_whisper::FakeWhisper::start(|_, _| fake_whisper::Reply::Text("The birch canoe slid on the smooth planks.".into()));
+    let with = ["--transcriber", whisper.address(), "--retries", "0", "--no-split-on-fail"];
+    let (ok, _, err) = f5_in(&home, &[&base[..], &tiny[..], &with[..]].concat());
+    assert!(ok, "{err}");
+    assert!(err.contains("the transcriber heard \"The birch canoe slid on the smooth planks.\""), "{err}");
+    let first = whisper.requests().into_iter().next().expect("the reference was sent to the transcriber");
+    assert!(matches!(first.wav, Some(Ok(ref w)) if w.rate == 24_000), "{first:?}");
+}
