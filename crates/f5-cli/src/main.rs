@@ -1,6 +1,8 @@
 //! `f5`: F5-TTS zero-shot text-to-speech. Every failure ends as one readable line on stderr and
 //! a non-zero exit status.
 
+mod chunks_cmd;
+mod config;
 mod limits;
 mod npy;
 mod phonemes_cmd;
@@ -11,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -20,6 +22,10 @@ use clap::{Parser, Subcommand};
     about = "F5-TTS zero-shot text-to-speech: a short recording of a voice, its transcript and new text in; the new text spoken in that voice out."
 )]
 struct Cli {
+    /// A settings file with the defaults of --model, --vocoder, --device, --precision and
+    /// --voice (default $F5_HOME/config.toml, when it exists); flags override it.
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -50,15 +56,11 @@ enum Command {
         #[arg(long)]
         show_tokens: bool,
     },
-    /// Split a text into the chunks synthesis would generate one at a time (the reference's
-    /// sentence split and UTF-8 byte budget), one chunk per line.
-    Chunks {
-        /// A UTF-8 text file ("-" for standard input).
-        file: PathBuf,
-        /// Byte budget per chunk.
-        #[arg(long = "max", default_value_t = 135)]
-        max_bytes: usize,
-    },
+    /// Split a text into the chunks F5 synthesis generates one at a time, one per line (the
+    /// reference's sentence split and UTF-8 byte budget). Give the voice options of `f5 synth`
+    /// (--voice, or --ref and --ref-text) for exactly its chunks: the budget follows from the
+    /// reference. Kokoro's chunks: `f5 phonemes`.
+    Chunks(chunks_cmd::ChunksArgs),
     /// Print the phonemes Kokoro is given for a text, one chunk per line (`--json`: with tokens).
     Phonemes(phonemes_cmd::PhonemesArgs),
     /// Compute the log-mel the model is conditioned on for a reference recording: mono, RMS raised
@@ -93,6 +95,9 @@ struct ServeArgs {
     /// charactr/vocos-mel-24khz).
     #[arg(long)]
     vocoder: Option<String>,
+    /// The settings file's vocoder: used for the F5 models when --vocoder is not given.
+    #[arg(skip)]
+    default_vocoder: Option<String>,
     /// Address to listen on. Anything but loopback exposes the API to the network: set --token.
     #[arg(long, default_value = "127.0.0.1:7860")]
     addr: std::net::SocketAddr,
@@ -222,14 +227,30 @@ enum VoicesCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match config::Config::load(cli.config.as_deref()).and_then(|settings| run(settings.apply(cli, &matches))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("f5: error: {e:#}");
+            eprintln!("f5: error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes joined by ": ", each said once: an error that prints its source in
+/// its own message and also returns it as `source()` (common with `#[error("…: {0}")]` over
+/// I/O errors) would otherwise print the cause twice.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let said = parts.last().is_some_and(|last| *last == text || last.ends_with(&format!(": {text}")));
+        if !said && !text.is_empty() {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -246,12 +267,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Voices(cmd) => voices(cmd),
         Command::Serve(a) => serve(*a),
         Command::Tokens { vocab, file, show_tokens } => tokens(&vocab, &file, show_tokens),
-        Command::Chunks { file, max_bytes } => {
-            for chunk in f5_text::chunk_text(&read_text(&file)?, max_bytes) {
-                println!("{chunk}");
-            }
-            Ok(())
-        }
+        Command::Chunks(a) => chunks_cmd::run(a),
         Command::Phonemes(a) => phonemes_cmd::run(a),
         Command::Mel { input, output, raw } => mel(&input, &output, raw),
         Command::Vocode(a) => vocode(&a),
@@ -384,7 +400,8 @@ fn serve(a: ServeArgs) -> Result<()> {
         .unzip();
     let mut files = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
-        files.push(resolve::model_files(&hub, name, vocab_for(i)?, a.vocoder.as_deref(), resolve::Use::Server)?);
+        let vocoder = resolve::VocoderChoice { given: a.vocoder.as_deref(), default: a.default_vocoder.as_deref() };
+        files.push(resolve::model_files_with(&hub, name, vocab_for(i)?, vocoder, resolve::Use::Server)?);
     }
     if a.vocoder.is_some() && !files.iter().any(|f| f.clones_from_recording()) {
         bail!("--vocoder applies to F5 models, and none was given");
@@ -408,6 +425,14 @@ fn serve(a: ServeArgs) -> Result<()> {
     config.addr = a.addr;
     config.more_models = more_models;
     config.token = a.token.filter(|t| !t.is_empty());
+    if config.token.is_none() && !a.addr.ip().is_loopback() {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "f5 serve: WARNING: listening on {} without --token: anyone who can reach this machine can use the API, add and delete voices. Set --token (or F5_TOKEN), or listen on 127.0.0.1.",
+            a.addr
+        );
+    }
     config.unload_after = a.unload_after.map(std::time::Duration::from_secs);
     config.queue_capacity = a.queue;
     config.threads = limits::clamp_threads(a.threads);
@@ -498,6 +523,12 @@ fn human_bytes(n: u64) -> String {
 }
 
 fn voices(cmd: VoicesCommand) -> Result<()> {
+    // Listing reads: a store that does not exist yet is empty, and is not created.
+    let root = f5_synth::store::f5_home().join("voices");
+    if matches!(cmd, VoicesCommand::List) && !root.is_dir() {
+        eprintln!("no voices in {} yet: `f5 voices add ID recording.wav --transcript \"...\"`", root.display());
+        return Ok(());
+    }
     let store = f5_synth::VoiceStore::from_env()?;
     match cmd {
         VoicesCommand::List => {
@@ -524,14 +555,56 @@ fn voices(cmd: VoicesCommand) -> Result<()> {
     Ok(())
 }
 
+/// The weights file in a model directory, as `f5 synth` finds it for either family: Kokoro's
+/// release checkpoint, else the one `.safetensors` (which wins over `.pt` files), else the one
+/// `.pt`, else a vocoder's `pytorch_model.bin`.
+fn checkpoint_in(dir: &Path) -> Result<PathBuf> {
+    let kokoro = dir.join(f5_hub::KOKORO_CHECKPOINT);
+    if kokoro.is_file() {
+        return Ok(kokoro);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    let with = |ext: &str| files.iter().filter(|p| p.extension().is_some_and(|e| e == ext)).cloned().collect::<Vec<_>>();
+    for ext in ["safetensors", "pt"] {
+        match with(ext).as_slice() {
+            [one] => return Ok(one.clone()),
+            [] => {}
+            many => {
+                let names: Vec<String> = many.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+                bail!("several checkpoints in {} ({}): name the file", dir.display(), names.join(", "))
+            }
+        }
+    }
+    let bin = dir.join("pytorch_model.bin");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    bail!("no checkpoint (kokoro-v1_0.pth, *.safetensors, *.pt, pytorch_model.bin) in {}", dir.display())
+}
+
 fn inspect(name: &str, json: bool) -> Result<()> {
-    let path = if Path::new(name).exists() {
+    let hub = resolve::hub(false);
+    let local = hub.config().models_dir().join(name);
+    let path = if Path::new(name).is_dir() {
+        checkpoint_in(Path::new(name))?
+    } else if Path::new(name).exists() {
         PathBuf::from(name)
+    } else if f5_hub::is_valid_id(name) && local.is_dir() {
+        checkpoint_in(&local)?
     } else {
-        let hub = resolve::hub(false);
-        match hub.resolve_model(name, None) {
-            Ok(r) => r.checkpoint,
-            Err(_) => hub.resolve_vocoder(name).with_context(|| format!("{name:?}: no such file, local id or reference"))?.weights,
+        match hub.resolve(name, None) {
+            Ok(f5_hub::Resolved::F5(r)) => r.checkpoint,
+            Ok(f5_hub::Resolved::Kokoro(k)) if k.checkpoint.is_dir() => checkpoint_in(&k.checkpoint)?,
+            Ok(f5_hub::Resolved::Kokoro(k)) => k.checkpoint,
+            Err(model_error) => match hub.resolve_vocoder(name) {
+                Ok(v) => v.weights,
+                Err(_) => return Err(model_error.into()),
+            },
         }
     };
     let path = path.as_path();

@@ -40,11 +40,66 @@ pub fn hub(quiet: bool) -> Hub {
     })
 }
 
-/// The vocoder weights (its config.yaml, when there is one, sits beside them).
+/// The vocoder weights (its config.yaml, when there is one, sits beside them). A model of
+/// either family named here is refused by its family, not by a missing tensor.
 pub fn vocoder(hub: &Hub, name: &str) -> Result<PathBuf> {
-    let weights = hub.resolve_vocoder(name).with_context(|| format!("vocoder {name:?}"))?.weights;
+    let weights = match hub.resolve_vocoder(name) {
+        Ok(v) => v.weights,
+        Err(e) => {
+            // A local model directory has no vocoder weights: say what it is instead.
+            if Path::new(name).is_dir() {
+                if let Ok(resolved) = hub.resolve(name, None) {
+                    let family = match resolved {
+                        f5_hub::Resolved::F5(_) => Family::F5,
+                        f5_hub::Resolved::Kokoro(_) => Family::Kokoro,
+                    };
+                    bail!(
+                        "vocoder {name:?}: this is {}, not a vocoder (--vocoder takes a Vocos vocoder such as {DEFAULT_VOCODER})",
+                        family.a_name()
+                    );
+                }
+            }
+            return Err(anyhow::Error::from(e).context(format!("vocoder {name:?}")));
+        }
+    };
     crate::limits::require_regular_file(&weights, "vocoder")?;
+    if let Some(family) = family_of(&weights).filter(|f| *f != Family::Vocos) {
+        bail!("vocoder {name:?}: this is {}, not a vocoder (--vocoder takes a Vocos vocoder such as {DEFAULT_VOCODER})", family.a_name());
+    }
     Ok(weights)
+}
+
+/// What a weights file holds, told from its tensors.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Family {
+    F5,
+    Kokoro,
+    Vocos,
+}
+
+impl Family {
+    /// "an F5-TTS model", for messages.
+    pub fn a_name(self) -> &'static str {
+        match self {
+            Family::F5 => "an F5-TTS model",
+            Family::Kokoro => "a Kokoro model",
+            Family::Vocos => "a Vocos vocoder",
+        }
+    }
+}
+
+/// The family of the weights in `path`, or `None` when the file cannot be read as any of them
+/// (the loader then says why). Reads the checkpoint's index only, not its tensors.
+pub fn family_of(path: &Path) -> Option<Family> {
+    let ckpt = f5_torchpt::Checkpoint::open(path).ok()?;
+    if f5_kokoro::inspect(&ckpt).is_some() {
+        return Some(Family::Kokoro);
+    }
+    if f5_dit::F5Config::infer(&ckpt, path, &f5_dit::Overrides::default()).is_ok() {
+        return Some(Family::F5);
+    }
+    let yaml = path.parent().map(|d| d.join("config.yaml")).filter(|p| p.is_file());
+    f5_vocos::VocosConfig::infer(&ckpt, yaml.as_deref()).is_ok().then_some(Family::Vocos)
 }
 
 /// A voice: a directory (`reference.*` + `config.json`), or an id in the voice store.
@@ -54,6 +109,12 @@ pub fn voice(name: &str) -> Result<(PathBuf, String)> {
         return voice_dir(as_path);
     }
     if f5_synth::valid_id(name) {
+        // Reading never writes: a store that does not exist yet has no voices (opening it would
+        // create it).
+        let root = f5_synth::store::f5_home().join("voices");
+        if !root.is_dir() {
+            bail!("voice {name:?}: no such voice; the voice store {} is empty (`f5 voices add`)", root.display());
+        }
         let store = f5_synth::VoiceStore::from_env()?;
         let e = store.get(name)?;
         return Ok((e.audio, e.transcript));
@@ -102,18 +163,49 @@ pub enum Use {
     Server,
 }
 
+/// The vocoder asked for: on the command line (`given`), or by the settings file (`default`,
+/// which applies to F5 models only and is no mistake for a Kokoro one).
+#[derive(Clone, Copy, Default)]
+pub struct VocoderChoice<'a> {
+    pub given: Option<&'a str>,
+    pub default: Option<&'a str>,
+}
+
 /// A model name → its files, the family told from the files ([`f5_hub::Hub::resolve`]). For a
 /// Kokoro repository on the hub, voices are fetched on first use through the same hub.
-pub fn model_files(hub: &Arc<Hub>, name: &str, vocab: Option<&str>, vocoder: Option<&str>, usage: Use) -> Result<f5_synth::ModelFiles> {
-    let resolved = hub.resolve(name, vocab).with_context(|| format!("model {name:?}"))?;
+pub fn model_files_with(
+    hub: &Arc<Hub>,
+    name: &str,
+    vocab: Option<&str>,
+    choice: VocoderChoice<'_>,
+    usage: Use,
+) -> Result<f5_synth::ModelFiles> {
+    let vocoder = choice.given;
+    let vocoder_not_model = || anyhow::anyhow!("model {name:?}: this is a Vocos vocoder, not a model (pass it as --vocoder)");
+    let resolved = match hub.resolve(name, vocab) {
+        Ok(r) => r,
+        // A vocoder's directory holds no model checkpoint: say what it is instead.
+        Err(e) if Path::new(name).is_dir() => match hub.resolve_vocoder(name).ok().and_then(|v| family_of(&v.weights)) {
+            Some(Family::Vocos) => return Err(vocoder_not_model()),
+            _ => return Err(anyhow::Error::from(e).context(format!("model {name:?}"))),
+        },
+        Err(e) => return Err(anyhow::Error::from(e).context(format!("model {name:?}"))),
+    };
     Ok(match resolved {
         f5_hub::Resolved::F5(r) => {
+            crate::limits::require_regular_file(&r.checkpoint, "checkpoint")?;
+            match family_of(&r.checkpoint) {
+                Some(Family::Vocos) => return Err(vocoder_not_model()),
+                Some(Family::Kokoro) => bail!(
+                    "model {name:?}: this is a Kokoro model without its config.json beside it (name the directory of the release: kokoro-v1_0.pth, config.json, voices/)"
+                ),
+                _ => {}
+            }
             let Some(vocab) = r.vocab else {
                 bail!("model {name:?}: no vocab.txt beside {}; name one with --vocab", r.checkpoint.display());
             };
-            crate::limits::require_regular_file(&r.checkpoint, "checkpoint")?;
             crate::limits::require_regular_file(&vocab, "vocabulary")?;
-            let vocoder = self::vocoder(hub, vocoder.unwrap_or(DEFAULT_VOCODER))?;
+            let vocoder = self::vocoder(hub, vocoder.or(choice.default).unwrap_or(DEFAULT_VOCODER))?;
             f5_synth::ModelFiles::F5 { checkpoint: r.checkpoint, vocab, vocoder }
         }
         f5_hub::Resolved::Kokoro(k) => {

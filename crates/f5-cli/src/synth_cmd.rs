@@ -28,6 +28,9 @@ pub struct SynthArgs {
     /// (default charactr/vocos-mel-24khz).
     #[arg(long)]
     pub vocoder: Option<String>,
+    /// The settings file's vocoder: used for F5 models when --vocoder is not given.
+    #[arg(skip)]
+    pub default_vocoder: Option<String>,
     /// The voice. Kokoro: a voice name (af_heart, the default; am_adam, bf_emma, …), a voice
     /// file (.pt, .bin), or a weighted mix such as `af_bella(2)+af_sky`. F5: an id in the voice
     /// store (`f5 voices list`), or a directory with reference.wav (or .mp3/.flac/.ogg) and
@@ -36,9 +39,10 @@ pub struct SynthArgs {
     pub voice: Option<String>,
     /// F5: the reference recording (wav, mp3, flac, ogg); 3–12 s of clean speech works best.
     /// Longer recordings are clipped at a pause, as the reference implementation does.
-    #[arg(long = "ref", requires = "reference_text")]
+    #[arg(long = "ref")]
     pub reference: Option<PathBuf>,
-    /// F5: exactly what is said in the reference recording.
+    /// F5: exactly what is said in the reference recording (with --transcriber it may be left
+    /// out: the transcriber then hears it, and f5 shows what it heard).
     #[arg(long = "ref-text")]
     pub reference_text: Option<String>,
     /// The text to speak. `[name]` tags switch voices mid-text (store ids; `[main]` is the voice
@@ -157,11 +161,15 @@ pub struct SynthArgs {
 /// The voice for models with named voices when `--voice` is not given.
 pub const DEFAULT_VOICE: &str = "af_heart";
 
-/// A reference recording and its transcript, prepared (families that clone).
-fn load_recording(args: &SynthArgs) -> Result<Voice> {
+/// A reference recording and its transcript, prepared (families that clone), and what the
+/// ≤ 12 s rule cut from it. A recording that lost speech is refused unless `--transcriber` is
+/// given, which then transcribes the part that is kept.
+fn load_recording(args: &SynthArgs) -> Result<(Voice, Option<ReferenceClip>)> {
     let (audio, transcript) = match (&args.voice, &args.reference, &args.reference_text) {
         (Some(name), _, _) => resolve::voice(name)?,
         (None, Some(wav), Some(t)) => (wav.clone(), t.clone()),
+        (None, Some(wav), None) => return transcribed_recording(args, wav),
+        (None, None, Some(_)) => bail!("--ref-text goes with --ref WAV, the recording it transcribes"),
         _ => bail!(
             "this model clones a voice: give --voice ID (a stored voice or a directory), or --ref WAV with --ref-text \"what it says\""
         ),
@@ -169,43 +177,90 @@ fn load_recording(args: &SynthArgs) -> Result<Voice> {
     if !(args.target_rms.is_finite() && args.target_rms > 0.0 && args.target_rms <= 1.0) {
         bail!("--target-rms must be in (0, 1], got {}", args.target_rms);
     }
-    let (voice, cut) = Voice::load_capped(&audio, &transcript, args.target_rms)?;
-    if cut {
-        let seconds = f5_audio::decode::DecodeLimit::REFERENCE.max_seconds;
-        eprintln!("f5: {} is longer than {seconds} s; only its first {seconds} s were read (3–12 s of speech is best)", audio.display());
+    let voice = Voice::load_kept(&audio, &transcript, args.target_rms)?;
+    let Some(clipped) = voice.clipped else { return Ok((voice, None)) };
+    let Some(addr) = &args.transcriber else {
+        let e = voice.require_whole().err().map(|e| e.to_string()).unwrap_or_default();
+        bail!("{}: {e} (or pass --transcriber HOST:PORT to transcribe the kept part)", audio.display());
+    };
+    let transcriber = f5_verify::Transcriber::new(addr, args.language.clone()).with_context(|| format!("transcriber {addr}"))?;
+    let heard = f5_verify::Transcribe::transcribe(&transcriber, &voice.wave, 24_000)
+        .with_context(|| format!("transcriber {addr}"))?
+        .filter(|t| !t.trim().is_empty());
+    let Some(heard) = heard else {
+        bail!(
+            "{}: {}; the transcriber {addr} gave no transcript of the kept part: trim the recording to 3–12 s of speech",
+            audio.display(),
+            clipped.describe()
+        );
+    };
+    let heard = heard.trim().to_string();
+    eprintln!("f5: {}: {}; the transcriber heard in the kept part: \"{heard}\"", audio.display(), clipped.describe());
+    Ok((voice.with_transcript(&heard)?, Some(ReferenceClip { clipped, transcript: heard })))
+}
+
+/// A reference recording without its transcript: the transcriber (`--transcriber`) hears the
+/// part that is kept, and f5 shows what it heard.
+fn transcribed_recording(args: &SynthArgs, wav: &Path) -> Result<(Voice, Option<ReferenceClip>)> {
+    let Some(addr) = &args.transcriber else {
+        bail!("--ref needs --ref-text \"exactly what the recording says\" (or --transcriber HOST:PORT to transcribe it)");
+    };
+    if !(args.target_rms.is_finite() && args.target_rms > 0.0 && args.target_rms <= 1.0) {
+        bail!("--target-rms must be in (0, 1], got {}", args.target_rms);
     }
-    Ok(voice)
+    // The transcript is replaced by what is heard; until then a placeholder stands in.
+    let voice = Voice::load_kept(wav, "…", args.target_rms)?;
+    let transcriber = f5_verify::Transcriber::new(addr, args.language.clone()).with_context(|| format!("transcriber {addr}"))?;
+    let heard = f5_verify::Transcribe::transcribe(&transcriber, &voice.wave, 24_000)
+        .with_context(|| format!("transcriber {addr}"))?
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+    let Some(heard) = heard else {
+        bail!("{}: the transcriber {addr} gave no transcript; give it with --ref-text", wav.display());
+    };
+    let clip = voice.clipped.map(|clipped| ReferenceClip { clipped, transcript: heard.clone() });
+    let kept = match &clip {
+        Some(c) => format!(" ({}; what was heard is of the kept part)", c.clipped.describe()),
+        None => String::new(),
+    };
+    eprintln!("f5: {}: the transcriber heard \"{heard}\"{kept}", wav.display());
+    Ok((voice.with_transcript(&heard)?, clip))
+}
+
+/// What the report says of a reference recording the ≤ 12 s rule cut.
+struct ReferenceClip {
+    clipped: f5_synth::Clipped,
+    /// What the transcriber heard in the kept part (the transcript used instead of the given one).
+    transcript: String,
 }
 
 /// The voice of the whole text: a recording for a model that clones (or whenever --ref is
 /// given, so a model that does not clone can say so), else a name.
-fn main_voice(args: &SynthArgs, engine: &dyn SpeechEngine) -> Result<VoiceRef> {
+fn main_voice(args: &SynthArgs, engine: &dyn SpeechEngine) -> Result<(VoiceRef, Option<ReferenceClip>)> {
     if engine.info().clones_from_recording || args.reference.is_some() {
-        return Ok(VoiceRef::Recording(Arc::new(load_recording(args)?)));
+        let (voice, clip) = load_recording(args)?;
+        return Ok((VoiceRef::Recording(Arc::new(voice)), clip));
     }
     if args.target_rms != 0.1 {
         bail!("--target-rms applies to reference recordings; this model speaks in named voices");
     }
-    Ok(VoiceRef::Named(args.voice.clone().unwrap_or_else(|| DEFAULT_VOICE.to_string())))
+    Ok((VoiceRef::Named(args.voice.clone().unwrap_or_else(|| DEFAULT_VOICE.to_string())), None))
 }
 
 /// The voice of a `[name]` piece of a multi-voice text: a store id for a model that clones, a
-/// voice name otherwise; `None` when there is no such voice (the main voice speaks it).
-fn piece_voice(name: &str, args: &SynthArgs, engine: &dyn SpeechEngine, files: &ModelFiles) -> Result<Option<VoiceRef>> {
+/// voice name otherwise. A name that is neither is an error naming the tag: speaking the piece
+/// in the main voice instead would hide a typo in the text.
+fn piece_voice(name: &str, args: &SynthArgs, engine: &dyn SpeechEngine, files: &ModelFiles) -> Result<VoiceRef> {
     if engine.info().clones_from_recording {
-        if !f5_synth::valid_id(name) {
-            return Ok(None);
-        }
-        return Ok(match resolve::voice(name) {
-            Ok((wav, transcript)) => Some(VoiceRef::Recording(Arc::new(Voice::load(&wav, &transcript, args.target_rms)?))),
-            Err(_) => None,
-        });
+        let (wav, transcript) = resolve::voice(name).map_err(|e| anyhow::anyhow!("voice [{name}] in the text: {e:#}"))?;
+        return Ok(VoiceRef::Recording(Arc::new(Voice::load(&wav, &transcript, args.target_rms)?)));
     }
-    Ok(files.check_voice_name(name).is_ok().then(|| VoiceRef::Named(name.to_string())))
+    files.check_voice_name(name).map_err(|e| anyhow::anyhow!("voice [{name}] in the text: {e}"))?;
+    Ok(VoiceRef::Named(name.to_string()))
 }
 
 /// The official CLI's multi-voice text: `[name]` starts a piece spoken by voice `name` (a store
-/// id; `main`, or an unknown name, is the voice given on the command line). Pieces are split
+/// id; `main` is the voice given on the command line; an unknown name is an error). Pieces are split
 /// before every `[word]` tag, the tag removed, and the text trimmed; empty pieces are skipped.
 pub fn voice_pieces(text: &str) -> Vec<(Option<String>, String)> {
     let is_word = |c: char| c.is_alphanumeric() || c == '_';
@@ -264,8 +319,14 @@ pub fn run(args: SynthArgs) -> Result<()> {
         check_spectrogram_path(p)?;
     }
     let hub = Arc::new(resolve::hub(args.quiet));
-    let files = resolve::model_files(&hub, &args.model, args.vocab.as_deref(), args.vocoder.as_deref(), resolve::Use::Command)
-        .map_err(|e| if args.model == resolve::DEFAULT_MODEL { resolve::default_model_hint(e) } else { e })?;
+    let vocoder = resolve::VocoderChoice { given: args.vocoder.as_deref(), default: args.default_vocoder.as_deref() };
+    let files = resolve::model_files_with(&hub, &args.model, args.vocab.as_deref(), vocoder, resolve::Use::Command).map_err(|e| {
+        if args.model == resolve::DEFAULT_MODEL {
+            resolve::default_model_hint(e)
+        } else {
+            e
+        }
+    })?;
     let started = Instant::now();
     let device = f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)?;
     let threads = crate::limits::clamp_threads(args.threads);
@@ -279,7 +340,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
         engine.set_listen_back(f5_synth::ListenBack { transcriber: Box::new(transcriber), language });
     }
     let engine: &dyn SpeechEngine = &*engine;
-    let voice = main_voice(&args, engine)?;
+    let (voice, reference_clip) = main_voice(&args, engine)?;
     let load_seconds = started.elapsed().as_secs_f64();
     let mut opts = SpeakOptions::default();
     opts.speed = args.speed;
@@ -368,13 +429,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
                 let mut whole = f5_synth::Audio::default();
                 for (name, piece) in &pieces {
                     let piece_voice = match name.as_deref() {
-                        Some(n) if n != "main" => {
-                            let v = piece_voice(n, &args, engine, &files)?;
-                            if v.is_none() {
-                                eprintln!("voice [{n}] is not one this model has: using the main voice for it");
-                            }
-                            v
-                        }
+                        Some(n) if n != "main" => Some(piece_voice(n, &args, engine, &files)?),
                         _ => None,
                     };
                     let offset = whole.samples.len() as f64 / rate as f64;
@@ -437,7 +492,14 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let total: f5_synth::TotalScore = chunks.iter().map(|c| &c.score).collect();
     let secs = samples_written as f64 / engine.info().sample_rate as f64;
     if let Some(p) = &args.report_json {
-        let run = RunFacts { family: engine.info().family, seed, audio_seconds: secs, load_seconds, synth_seconds };
+        let run = RunFacts {
+            family: engine.info().family,
+            seed,
+            audio_seconds: secs,
+            load_seconds,
+            synth_seconds,
+            reference_clip: reference_clip.as_ref(),
+        };
         write_report(p, &args, &opts, &run, &chunks, &words, &total)?;
     }
     let score = if args.transcriber.is_none() {
@@ -456,10 +518,12 @@ pub fn run(args: SynthArgs) -> Result<()> {
         }
     };
     eprintln!(
-        "{}: {secs:.2} s of audio in {synth_seconds:.1} s (RTF {:.2}), {chunk_count} chunk{}, seed {seed}{note}{score}",
+        "{}: {secs:.2} s of audio in {synth_seconds:.1} s (RTF {:.2}), {} chunk{}, seed {seed}{note}{score}",
         output.display(),
         synth_seconds / secs.max(1e-9),
-        if chunk_count == 1 { "" } else { "s" },
+        // The report's chunks: every piece of a multi-voice text, not only the last one's.
+        chunks.len(),
+        if chunks.len() == 1 { "" } else { "s" },
     );
     // Last, so a failure here costs neither the audio nor the report.
     if let Some(p) = &args.spectrogram {
@@ -693,8 +757,9 @@ fn check_spectrogram_path(path: &Path) -> Result<()> {
 }
 
 /// What the report says about the run as a whole.
-struct RunFacts {
+struct RunFacts<'a> {
     family: &'static str,
+    reference_clip: Option<&'a ReferenceClip>,
     seed: u64,
     audio_seconds: f64,
     load_seconds: f64,
@@ -705,7 +770,7 @@ fn write_report(
     path: &Path,
     args: &SynthArgs,
     opts: &SpeakOptions,
-    run: &RunFacts,
+    run: &RunFacts<'_>,
     chunks: &[f5_synth::ChunkReport],
     words: &[f5_synth::WordTime],
     total: &f5_synth::TotalScore,
@@ -740,6 +805,13 @@ fn write_report(
     });
     if opts.word_timestamps {
         report["words"] = serde_json::to_value(words)?;
+    }
+    if let Some(r) = run.reference_clip {
+        report["reference_clipped"] = serde_json::json!({
+            "speech_seconds": r.clipped.speech_seconds, "kept_seconds": r.clipped.kept_seconds,
+            "kept_speech_seconds": r.clipped.kept_speech_seconds, "file_cut": r.clipped.file_cut,
+            "transcript_used": r.transcript,
+        });
     }
     std::fs::write(path, serde_json::to_string_pretty(&report)?).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -18,6 +18,10 @@ pub enum HubError {
     #[error("'{name}' is not an existing path, and not a valid owner/repo/file reference: {reason}")]
     InvalidReference { name: String, reason: String },
 
+    /// The name reads as a path on this machine (see the crate docs), so it is not sent to the hub.
+    #[error("'{name}': no such file or directory{suggestion}")]
+    NoSuchPath { name: String, suggestion: String },
+
     #[error("'{name}' is not an existing path, and there is no local model '{name}' in {models_dir}")]
     UnknownLocalId { name: String, models_dir: PathBuf },
 

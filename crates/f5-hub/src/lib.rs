@@ -1,7 +1,10 @@
 //! Model names to files on disk.
 //!
 //! A name is read in this order:
-//! 1. a PATH that exists: a checkpoint file, or a directory holding one and `vocab.txt`;
+//! 1. a PATH that exists: a checkpoint file, or a directory holding one and `vocab.txt`. A name
+//!    that reads as a path (it starts at `/`, `./`, `../` or `~`, has a file extension and no
+//!    `/`, or its first component exists here) but does not exist is an error naming the nearest
+//!    existing entry — never a download;
 //! 2. a LOCAL ID, `$F5_HOME/models/<id>/` (ids are `[A-Za-z0-9_-]{1,64}`, so none escapes the store);
 //! 3. a REFERENCE `owner/repo/path/to/file[@revision]`, fetched from the Hugging Face Hub into the
 //!    standard Hugging Face cache, where Python's huggingface_hub finds it too (and where this crate
@@ -19,6 +22,7 @@ mod config;
 mod error;
 mod family;
 mod http;
+mod local;
 mod name;
 mod progress;
 
@@ -280,6 +284,9 @@ impl Hub {
         if self.allow_paths && Path::new(name).is_file() {
             return Ok(PathBuf::from(name));
         }
+        if self.allow_paths && local::looks_like_path(name) {
+            return Err(HubError::NoSuchPath { name: name.to_string(), suggestion: local::suggestion(&local::nearest_existing(name)) });
+        }
         if name.contains('/') {
             return self.fetch(&Reference::parse(name)?);
         }
@@ -298,6 +305,9 @@ impl Hub {
         }
         if self.allow_paths && Path::new(name).exists() {
             return Ok(Named::Path(PathBuf::from(name)));
+        }
+        if self.allow_paths && local::looks_like_path(name) {
+            return Err(HubError::NoSuchPath { name: name.to_string(), suggestion: local::suggestion(&local::nearest_existing(name)) });
         }
         if is_valid_id(name) {
             let dir = self.config.models_dir().join(name);

@@ -364,25 +364,24 @@ fn host_allowed(host: &str, allowed: &[String]) -> bool {
 
 // ── the token ───────────────────────────────────────────────────────────────────────────
 
-/// With a token configured, every endpoint wants it except `/health` (for load balancers and
-/// supervisors). The page may also carry it as `/?token=…`, because a browser opening a link
-/// cannot send a header; its script then sends the token as a bearer header on every call.
-/// Only the page takes it from the query: API calls with the token in their URL would leave it
-/// in every proxy's and server's access log.
+/// With a token configured, every endpoint wants it as a bearer header except `/health` and
+/// `/ready` (for load balancers and supervisors) and the page, which asks for the token (or
+/// takes it from a link's `?token=…`) and sends it as a bearer header on every call. The API
+/// never takes it from the URL: tokens in URLs end up in every proxy's and server's access log.
 async fn require_token(State(state): State<Shared>, req: Request, next: Next) -> Response {
     let Some(token) = state.config.token.as_deref() else {
         return next.run(req).await;
     };
     let is_get = req.method() == Method::GET;
     let path = req.uri().path();
-    // Supervisors and load balancers carry no token: liveness and readiness stay open.
-    let open = is_get && (path == "/health" || path == "/ready");
-    let page_with_token = is_get && path == "/" && query_token_matches(req.uri().query(), token);
-    if open || page_with_token || header_token_matches(req.headers(), token) {
+    // Supervisors and load balancers carry no token: liveness and readiness stay open. So does
+    // the page, which holds no data: a browser opening it without the token gets a form that
+    // asks for it (and keeps it in the browser) instead of a JSON error.
+    let open = is_get && (path == "/health" || path == "/ready" || path == "/");
+    if open || header_token_matches(req.headers(), token) {
         return next.run(req).await;
     }
-    let hint = if path == "/" { "; open the page as /?token=…" } else { "" };
-    ApiError::new(StatusCode::UNAUTHORIZED, format!("missing or wrong bearer token{hint}")).into_response()
+    ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response()
 }
 
 fn header_token_matches(headers: &HeaderMap, token: &str) -> bool {
@@ -396,50 +395,10 @@ fn header_token_matches(headers: &HeaderMap, token: &str) -> bool {
     same_secret(given, token.as_bytes())
 }
 
-/// Whether any `token=` parameter of the query is the token (percent-decoded, as a browser's
-/// `URLSearchParams` encodes it).
-fn query_token_matches(query: Option<&str>, token: &str) -> bool {
-    let Some(query) = query else { return false };
-    let mut matched = false;
-    for pair in query.split('&') {
-        if let Some(value) = pair.strip_prefix("token=") {
-            // Every candidate is compared, so the time taken does not depend on which matched.
-            matched |= same_secret(&percent_decode(value), token.as_bytes());
-        }
-    }
-    matched
-}
-
 /// Constant time in the content; only the length can show.
 fn same_secret(given: &[u8], token: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     given.ct_eq(token).into()
-}
-
-/// `application/x-www-form-urlencoded` value decoding: `+` is a space, `%XX` a byte; a `%` not
-/// followed by two hex digits stays as it is.
-fn percent_decode(value: &str) -> Vec<u8> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        let hex = |at: usize| bytes.get(at).and_then(|c| (*c as char).to_digit(16));
-        match (b, hex(i + 1), hex(i + 2)) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b'+', _, _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    out
 }
 
 // ── small endpoints ─────────────────────────────────────────────────────────────────────
@@ -626,11 +585,69 @@ async fn add_voice(State(state): State<Shared>, req: Request) -> Result<(StatusC
     }
     let extension = extension.unwrap_or("wav");
     let store = state.store.clone();
+    let transcriber = state.config.transcriber.clone().map(|addr| (addr, state.config.language.clone()));
     // The store decodes the recording once, at most a reference's worth of it, and checks that
-    // it makes a usable voice before anything is written.
-    let entry =
-        tokio::task::spawn_blocking(move || store.add(&id, &transcript, &audio, extension, replace)).await.map_err(join_error)??;
-    Ok((StatusCode::CREATED, Json(json!({ "id": entry.id, "transcript": entry.transcript }))))
+    // it makes a usable voice before anything is written. A recording whose speech the ≤ 12 s
+    // rule cuts is refused by it, unless a transcriber can give the kept part its transcript.
+    let (entry, clipped) = tokio::task::spawn_blocking(move || {
+        let kept = match &transcriber {
+            Some((addr, language)) => transcribe_kept_part(&audio, extension, &transcript, addr, language.clone())?,
+            None => None,
+        };
+        Ok::<_, ApiError>(match kept {
+            Some(k) => (store.add(&id, &k.transcript, &k.wav, "wav", replace)?, Some(k.clipped)),
+            None => (store.add(&id, &transcript, &audio, extension, replace)?, None),
+        })
+    })
+    .await
+    .map_err(join_error)??;
+    let mut answer = json!({ "id": entry.id, "transcript": entry.transcript });
+    if let Some(c) = clipped {
+        answer["clipped"] = json!({
+            "message": format!("{}; the transcript is what the transcriber heard in the kept part", c.describe()),
+            "speech_seconds": c.speech_seconds, "kept_seconds": c.kept_seconds,
+        });
+    }
+    Ok((StatusCode::CREATED, Json(answer)))
+}
+
+/// The kept part of a recording the ≤ 12 s rule cut, as a wav, with its transcript.
+struct KeptPart {
+    wav: Vec<u8>,
+    transcript: String,
+    clipped: f5_synth::Clipped,
+}
+
+/// `None` when the recording is whole (it is stored as sent); else its kept part, transcribed.
+/// The kept part is stored instead of the recording, so the stored voice and its transcript
+/// match; its last 50 ms (the silence the clip appends) are left off so that clipping it again
+/// keeps all of it.
+fn transcribe_kept_part(
+    audio: &[u8],
+    extension: &str,
+    transcript: &str,
+    addr: &str,
+    language: Option<String>,
+) -> Result<Option<KeptPart>, ApiError> {
+    let limit = f5_audio::decode::DecodeLimit::REFERENCE;
+    let Ok(decoded) = f5_audio::decode::decode_bytes_limited(audio, "the recording", Some(extension), limit) else {
+        return Ok(None); // The store says what is wrong with it.
+    };
+    let Ok(voice) = f5_synth::Voice::prepare(&decoded.audio, transcript, f5_audio::level::TARGET_RMS) else { return Ok(None) };
+    let Some(clipped) = voice.clipped else { return Ok(None) };
+    let unusable = |m: String| ApiError::bad(format!("{}; {m}", clipped.describe()));
+    let transcriber = f5_verify::Transcriber::new(addr, language).map_err(|e| unusable(format!("the transcriber {addr}: {e}")))?;
+    let heard = f5_verify::Transcribe::transcribe(&transcriber, &voice.wave, 24_000)
+        .map_err(|e| unusable(format!("the transcriber {addr}: {e}")))?
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            unusable(format!("the transcriber {addr} gave no transcript of the kept part: trim the recording to 3–12 s of speech"))
+        })?;
+    let keep = voice.wave.len().saturating_sub(24_000 / 20);
+    let wav =
+        f5_verify::wav_bytes(&voice.wave[..keep], 24_000).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(Some(KeptPart { wav, transcript: heard, clipped }))
 }
 
 /// The container of an upload, from its file name or else its content type.

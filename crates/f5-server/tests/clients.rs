@@ -149,6 +149,14 @@ impl Drop for Devtools {
 /// Opens `url` and waits until the page's `#status` leaves the idle and speaking states;
 /// returns its `data-state`, `data-duration` and text.
 fn page_outcome(chromium: &Path, url: &str) -> (String, f64, String) {
+    let (state, duration, text, _) = page_outcome_with_token(chromium, url, None);
+    (state, duration, text)
+}
+
+/// [`page_outcome`]; when the page asks for a token (`data-state` token) and `token` is given,
+/// types it into the page's token box and submits it, as a person would, and waits on. Also
+/// returns the token the page then keeps in the browser's storage (`None` when it never asked).
+fn page_outcome_with_token(chromium: &Path, url: &str, token: Option<&str>) -> (String, f64, String, Option<String>) {
     // One profile per browser: the page tests run at the same time in one process.
     static BROWSERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = BROWSERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -169,20 +177,41 @@ fn page_outcome(chromium: &Path, url: &str) -> (String, f64, String) {
     let session = attached["sessionId"].as_str().expect("a session id").to_string();
     let probe = "(() => { const s = document.getElementById('status'); \
                  return s ? JSON.stringify({ state: s.dataset.state, duration: s.dataset.duration, text: s.textContent }) : '{}'; })()";
+    let mut asked: Option<String> = None;
     let outcome = loop {
         let result = browser.call(Some(&session), "Runtime.evaluate", json!({ "expression": probe, "returnByValue": true }));
         let status: Value = result["result"]["value"].as_str().and_then(|v| serde_json::from_str(v).ok()).unwrap_or(Value::Null);
         let state = status["state"].as_str().unwrap_or_default().to_string();
-        if !matches!(state.as_str(), "" | "idle" | "speaking") {
+        if let (Some(token), "token", None) = (token, state.as_str(), &asked) {
+            let enter = format!(
+                "(() => {{ const box = document.getElementById('token'); box.value = {}; \
+                 document.getElementById('token-button').click(); return true; }})()",
+                serde_json::to_string(token).expect("json")
+            );
+            browser.call(Some(&session), "Runtime.evaluate", json!({ "expression": enter, "returnByValue": true }));
+            asked = Some(String::new());
+            continue;
+        }
+        // After the token is submitted the page still says "token" until its next listing.
+        let token_submitted = state == "token" && asked.is_some();
+        if !matches!(state.as_str(), "" | "idle" | "speaking") && !token_submitted {
             let duration = status["duration"].as_str().and_then(|d| d.parse().ok()).unwrap_or(0.0);
             break (state, duration, status["text"].as_str().unwrap_or_default().to_string());
         }
         assert!(Instant::now() < deadline, "the page is still {status} after two minutes; stderr:\n{}", browser.stderr());
         std::thread::sleep(Duration::from_millis(200));
     };
+    if asked.is_some() {
+        let stored = browser.call(
+            Some(&session),
+            "Runtime.evaluate",
+            json!({ "expression": "localStorage.getItem('f5-token')", "returnByValue": true }),
+        );
+        asked = stored["result"]["value"].as_str().map(str::to_string);
+    }
     browser.close();
     let _ = std::fs::remove_dir_all(&profile);
-    outcome
+    (outcome.0, outcome.1, outcome.2, asked)
 }
 
 /// The page, opened by a link that carries the token, a voice and a text and asks it to speak:
@@ -212,6 +241,34 @@ async fn the_page_speaks_in_headless_chromium() {
     // With a token set, /health says more than alive/ready only to a caller who has it.
     let h: Value = c.get(s.url("/health")).bearer_auth(TOKEN).send().await.expect("health").json().await.expect("health json");
     assert_eq!(h["jobs_done"], 2, "the page's request reached the model: {h}");
+    s.shutdown().await;
+}
+
+/// With a token set, a browser opening the page without it gets the page, which asks for the
+/// token; entered, it is kept in the browser and sent as a bearer header, and the page speaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_asks_for_the_token_in_headless_chromium() {
+    let Some(chromium) = find_chromium() else {
+        let msg = "no Chromium (set F5_CHROMIUM, or install chromium): the token page test did not run";
+        if std::env::var("F5_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
+            panic!("{msg}, and F5_REQUIRE_CHROMIUM=1 requires it");
+        }
+        eprintln!("SKIPPED: {msg}");
+        return;
+    };
+    let s = start_with(|c| c.token = Some(TOKEN.into()), false).await;
+    let c = client();
+    let page = c.get(s.url("/")).send().await.expect("page");
+    assert_eq!(page.status(), 200, "the page opens without the token");
+    assert!(page.text().await.expect("html").contains("id=\"token-form\""));
+    let url = s.url(&format!("/?voice={VOICE}&text=Hello%20there.&nfe=4&seed=3&speak=1"));
+    let (state, duration, text, stored) =
+        tokio::task::spawn_blocking(move || page_outcome_with_token(&chromium, &url, Some(TOKEN))).await.expect("join");
+    assert_eq!(stored.as_deref(), Some(TOKEN), "the page asked for the token and keeps it");
+    assert_eq!(state, "ready", "the page ended in {state:?}: {text}");
+    assert!(duration > 0.0);
+    let h: Value = c.get(s.url("/health")).bearer_auth(TOKEN).send().await.expect("health").json().await.expect("health json");
+    assert_eq!(h["jobs_done"], 1, "the page's request reached the model with the token: {h}");
     s.shutdown().await;
 }
 

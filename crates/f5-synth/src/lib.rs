@@ -56,7 +56,7 @@ pub use synth::{
     random_seed, remove_long_silences, trailing_pause_ms, Audio, ChunkReport, CrossFader, ListenBack, Progress, SplitReport, SynthOptions,
     Synthesizer, SAMPLE_RATE,
 };
-pub use voice::{fix_transcript, Voice, VoiceCache, MIN_REFERENCE_SECONDS};
+pub use voice::{fix_transcript, Clipped, Voice, VoiceCache, MIN_REFERENCE_SECONDS};
 
 impl SynthError {
     /// Whether the request was at fault (options, text, voice name, input the model refuses),

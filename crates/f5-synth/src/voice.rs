@@ -32,6 +32,46 @@ pub struct Voice {
     pub loudness: RmsNormalization,
     /// Duration of the clipped recording at its own rate, which sets the chunk budget.
     pub clip_seconds: f64,
+    /// Set when the ≤ 12 s rule (or the decode limit) left speech of the recording out, so a
+    /// transcript of the whole recording says more than the model hears.
+    pub clipped: Option<Clipped>,
+}
+
+/// Speech a reference lost to the ≤ 12 s rule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Clipped {
+    /// Seconds of sound (above −50 dBFS) in the recording as read.
+    pub speech_seconds: f64,
+    /// Seconds of sound in the part that is kept.
+    pub kept_speech_seconds: f64,
+    /// Seconds of audio kept (what the model is conditioned on).
+    pub kept_seconds: f64,
+    /// The file was longer than the decode limit and only its beginning was read at all.
+    pub file_cut: bool,
+}
+
+impl Clipped {
+    /// One line for a person: how much was kept.
+    pub fn describe(&self) -> String {
+        let more = if self.file_cut { "more than " } else { "" };
+        format!(
+            "the recording has {more}{:.1} s of speech; only its first {:.1} s are used (a reference is at most 12 s)",
+            self.speech_seconds, self.kept_seconds
+        )
+    }
+}
+
+/// Sound the clip may lose without having dropped speech: its edges are trimmed at −42 dBFS,
+/// and sound between −50 and −42 dBFS at the ends of the kept part (breaths, room tone, the tail
+/// of a word's decay) goes with them. 250 ms is above what that trim takes from the fixtures'
+/// whole recordings and below any spoken word.
+const CLIP_TOLERANCE_SECONDS: f64 = 0.25;
+
+/// Seconds of sound above −50 dBFS (pauses of 100 ms or more excluded).
+fn sound_seconds(audio: &DecodedAudio) -> Result<f64, SynthError> {
+    let seg = f5_audio::PcmSegment::from_decoded(audio).map_err(|e| SynthError::Reference(e.to_string()))?;
+    let ms: i64 = f5_audio::silence::detect_nonsilent(&seg, 100, -50.0, 10).iter().map(|[a, b]| b - a).sum();
+    Ok(ms as f64 / 1000.0)
 }
 
 /// F5's sentence-end rule for a reference transcript: without a break after it, the model runs
@@ -44,24 +84,42 @@ pub fn fix_transcript(text: &str) -> String {
     t
 }
 
+/// The transcript as the model reads it and as the chunk budget counts it.
+fn model_texts(transcript: &str) -> (String, String) {
+    let fixed_transcript = fix_transcript(transcript);
+    let mut model_text = fixed_transcript.clone();
+    if model_text.chars().last().is_some_and(|c| c.len_utf8() == 1) {
+        model_text.push(' ');
+    }
+    (model_text, fixed_transcript)
+}
+
 impl Voice {
     /// Decodes, clips (the reference's silence-aware ≤ 12 s rule, edge trim, +50 ms), mixes to
     /// mono, raises the loudness to `target_rms` when quieter, resamples to 24 kHz and computes
     /// the mel.
     ///
-    /// Only the first [`DecodeLimit::REFERENCE`] seconds of the file are decoded (see
-    /// [`Voice::load_capped`] to learn whether the file held more).
+    /// Only the first [`DecodeLimit::REFERENCE`] seconds of the file are decoded (a longer file
+    /// counts as clipped: [`Clipped::file_cut`]).
     ///
     /// [`DecodeLimit::REFERENCE`]: f5_audio::decode::DecodeLimit::REFERENCE
+    ///
+    /// A recording whose speech does not all fit the clip is refused: its transcript no longer
+    /// matches what the model hears (see [`Voice::load_kept`] to transcribe the kept part).
     pub fn load(path: &Path, transcript: &str, target_rms: f32) -> Result<Voice, SynthError> {
-        Self::load_capped(path, transcript, target_rms).map(|(voice, _)| voice)
+        let voice = Self::load_kept(path, transcript, target_rms)?;
+        voice.require_whole().map_err(|e| match e {
+            SynthError::Reference(m) => SynthError::Reference(format!("{}: {m}", path.display())),
+            other => other,
+        })?;
+        Ok(voice)
     }
 
-    /// [`Voice::load`], also saying whether the recording was longer than the reference limit
-    /// and only its beginning was used. The file must be a regular file of at most
-    /// [`crate::store::MAX_AUDIO_BYTES`]: a FIFO, a device or a huge file is refused before it is
-    /// read.
-    pub fn load_capped(path: &Path, transcript: &str, target_rms: f32) -> Result<(Voice, bool), SynthError> {
+    /// [`Voice::load`] that keeps a clipped recording, saying so in [`Voice::clipped`]: for a
+    /// caller that can give the kept part its own transcript ([`Voice::with_transcript`]).
+    /// The file must be a regular file of at most [`crate::store::MAX_AUDIO_BYTES`]: a FIFO, a
+    /// device or a huge file is refused before it is read.
+    pub fn load_kept(path: &Path, transcript: &str, target_rms: f32) -> Result<Voice, SynthError> {
         let in_file = |m: String| SynthError::Reference(format!("{}: {m}", path.display()));
         let bytes = f5_audio::decode::read_regular_file(path, crate::store::MAX_AUDIO_BYTES as u64).map_err(|e| match e {
             // The read error names the path already.
@@ -71,15 +129,57 @@ impl Voice {
         let ext = path.extension().and_then(|e| e.to_str());
         let limit = f5_audio::decode::DecodeLimit::REFERENCE;
         let decoded = f5_audio::decode::decode_bytes_limited(&bytes, "the recording", ext, limit).map_err(|e| in_file(e.to_string()))?;
-        let voice = Self::from_audio(&decoded.audio, transcript, target_rms).map_err(|e| match e {
+        let mut voice = Self::prepare(&decoded.audio, transcript, target_rms).map_err(|e| match e {
             SynthError::Reference(m) => in_file(m),
             other => other,
         })?;
-        Ok((voice, decoded.cut))
+        if decoded.cut {
+            let clipped = voice.clipped.get_or_insert(Clipped {
+                speech_seconds: 0.0,
+                kept_speech_seconds: 0.0,
+                kept_seconds: voice.clip_seconds,
+                file_cut: true,
+            });
+            clipped.file_cut = true;
+            if clipped.speech_seconds == 0.0 {
+                clipped.speech_seconds = limit.max_seconds;
+            }
+        }
+        Ok(voice)
     }
 
-    /// Prepares an already decoded recording (a server's upload), as [`Voice::load`] does a file.
+    /// An error when the clip left speech out ([`Voice::clipped`]): the transcript then says more
+    /// than the model hears, and the result would be garbled or cut short.
+    pub fn require_whole(&self) -> Result<(), SynthError> {
+        match &self.clipped {
+            None => Ok(()),
+            Some(c) => Err(SynthError::Reference(format!(
+                "{}, so its transcript no longer matches what is kept: trim the recording to 3–12 s of speech and give what that part says",
+                c.describe()
+            ))),
+        }
+    }
+
+    /// The same recording with another transcript (e.g. what a transcriber heard in the kept
+    /// part of a clipped recording); it then matches, so [`Voice::clipped`] is cleared.
+    pub fn with_transcript(&self, transcript: &str) -> Result<Voice, SynthError> {
+        if transcript.trim().is_empty() {
+            return Err(SynthError::Reference("the transcript is empty: give the words spoken in the recording".into()));
+        }
+        let (model_text, fixed_transcript) = model_texts(transcript);
+        Ok(Voice { model_text, fixed_transcript, clipped: None, ..self.clone() })
+    }
+
+    /// [`Voice::prepare`], refusing a recording whose speech the clip cut ([`Voice::require_whole`]).
     pub fn from_audio(audio: &DecodedAudio, transcript: &str, target_rms: f32) -> Result<Voice, SynthError> {
+        let voice = Self::prepare(audio, transcript, target_rms)?;
+        voice.require_whole()?;
+        Ok(voice)
+    }
+
+    /// Clips, normalises and computes the mel of `audio`, noting in [`Voice::clipped`] when
+    /// speech was left out.
+    pub fn prepare(audio: &DecodedAudio, transcript: &str, target_rms: f32) -> Result<Voice, SynthError> {
         if transcript.trim().is_empty() {
             return Err(SynthError::Reference("the transcript is empty: give the words spoken in the recording".into()));
         }
@@ -101,12 +201,16 @@ impl Voice {
         let wave = f5_audio::resample_to_24k(&mono, clipped.sample_rate).map_err(|e| SynthError::Reference(e.to_string()))?;
         let mel = f5_audio::MelSpectrogram::new().log_mel(&wave).map_err(|e| SynthError::Reference(e.to_string()))?;
         let mel_frames = mel.len() / f5_audio::mel::N_MELS;
-        let fixed_transcript = fix_transcript(transcript);
-        let mut model_text = fixed_transcript.clone();
-        if model_text.chars().last().is_some_and(|c| c.len_utf8() == 1) {
-            model_text.push(' ');
-        }
-        Ok(Voice { model_text, fixed_transcript, wave, mel, mel_frames, loudness, clip_seconds })
+        let (model_text, fixed_transcript) = model_texts(transcript);
+        let speech_seconds = sound_seconds(audio)?;
+        let kept_speech_seconds = sound_seconds(&clipped)?;
+        let clipped = (speech_seconds - kept_speech_seconds > CLIP_TOLERANCE_SECONDS).then_some(Clipped {
+            speech_seconds,
+            kept_speech_seconds,
+            kept_seconds: clip_seconds,
+            file_cut: false,
+        });
+        Ok(Voice { model_text, fixed_transcript, wave, mel, mel_frames, loudness, clip_seconds, clipped })
     }
 
     /// The per-chunk text budget in UTF-8 bytes (`infer_process`'s `max_chars`).
