@@ -1,6 +1,7 @@
 //! `f5`: F5-TTS zero-shot text-to-speech. Every failure ends as one readable line on stderr and
 //! a non-zero exit status.
 
+mod batch_cmd;
 mod limits;
 mod npy;
 mod phonemes_cmd;
@@ -28,6 +29,9 @@ struct Cli {
 enum Command {
     /// Speak a text in the voice of a reference recording.
     Synth(Box<synth_cmd::SynthArgs>),
+    /// Speak every line of a JSONL job file into a directory (ID.wav + ID.json per line),
+    /// skipping lines already done; --shard I/N splits the file among N workers.
+    Batch(Box<batch_cmd::BatchArgs>),
     /// Run the daemon: HTTP API (POST /tts, /dialogue, /v1/audio/speech; voices; health) and a
     /// web page at /, one model thread behind a job queue.
     Serve(Box<ServeArgs>),
@@ -235,6 +239,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Synth(args) => synth_cmd::run(*args),
+        Command::Batch(args) => batch_cmd::run(*args),
         Command::Models(ModelsCommand::Inspect { name, json }) => inspect(&name, json),
         Command::Models(ModelsCommand::List { all }) => models_list(all),
         Command::Models(ModelsCommand::Pull { reference }) => {
