@@ -164,6 +164,11 @@ struct ServeArgs {
     /// One line per request on standard error: text, json, or off.
     #[arg(long = "log-format", default_value = "text")]
     log_format: String,
+    /// After SIGTERM or Ctrl-C, seconds the accepted requests (running and queued) have to
+    /// finish; those still waiting then are answered 503 and f5 exits 0 (at most 2 s later).
+    /// Default: wait for all of them. Set the orchestrator's grace period a few seconds above.
+    #[arg(long = "drain-timeout")]
+    drain_timeout: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -433,6 +438,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         "off" => f5_server::LogFormat::Off,
         other => bail!("--log-format {other:?}: use text, json or off"),
     };
+    config.drain_timeout = a.drain_timeout.map(std::time::Duration::from_secs);
     config.transcriber = a.transcriber;
     config.language = a.language;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
