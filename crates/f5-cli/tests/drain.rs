@@ -21,6 +21,14 @@ struct Served {
     addr: String,
 }
 
+/// A failed assertion must not leave the server running (holding the test's output open).
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `f5 serve` on a free port with a voice `birch` in a private store.
 fn serve(name: &str, extra: &[&str]) -> Served {
     let home = std::env::temp_dir().join(format!("f5-drain-test-{}-{name}", std::process::id()));
