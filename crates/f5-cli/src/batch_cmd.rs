@@ -369,8 +369,8 @@ fn run_one(engine: &dyn SpeechEngine, voices: &mut Voices, args: &BatchArgs, u: 
     let synth_seconds = started.elapsed().as_secs_f64();
     let rate = engine.info().sample_rate;
     let mut samples = audio.samples;
-    // 16 bits cannot hold a peak above full scale: scale down once instead of clipping, as
-    // `f5 synth` does.
+    // 16 bits cannot hold a peak above full scale: the whole utterance is at hand, so it is
+    // scaled down once instead of clipped (as `f5 synth` does when it writes a whole file).
     let peak = f5_audio::level::peak(&samples);
     if peak > 1.0 {
         f5_audio::level::limit_peak(&mut samples, 1.0);

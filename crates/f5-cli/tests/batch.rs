@@ -240,3 +240,63 @@ fn bad_job_files_fail_before_loading_naming_the_line() {
         assert!(!run.status.success() && String::from_utf8_lossy(&run.stderr).contains("I/N"), "{shard}");
     }
 }
+
+/// An F5 model through the same command: lines with a recording and its transcript, lines
+/// with a stored voice, and the default voice from --voice; a line with no voice at all fails
+/// alone, naming itself, and the rest are written.
+#[test]
+fn f5_lines_clone_from_a_recording_or_the_store() {
+    let dir = tmp("f5");
+    let home = dir.join("home");
+    let added = Command::new(env!("CARGO_BIN_EXE_f5"))
+        .args(["voices", "add", "birch", "audio/ref_22050.wav", "--transcript", "The birch canoe slid on the smooth planks."])
+        .current_dir(fixtures())
+        .env("F5_HOME", &home)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    let jobs = dir.join("jobs.jsonl");
+    let line = |id: &str, voice: &str| format!(r#"{{"id": "{id}", "text": "Hello there.", {voice}"options": {{"seed": 4, "nfe": 4}}}}"#);
+    std::fs::write(
+        &jobs,
+        [
+            line("by-ref", r#""ref": "audio/ref_22050.wav", "ref_text": "The birch canoe slid on the smooth planks.", "#),
+            line("by-store", r#""voice": "birch", "#),
+            line("by-default", ""),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let tiny = ["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tiny", "-q"];
+    let out = dir.join("out");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_f5"))
+            .arg("batch")
+            .arg(&jobs)
+            .arg("--out")
+            .arg(&out)
+            .args(tiny)
+            .args(extra)
+            .current_dir(fixtures())
+            .env("F5_HOME", &home)
+            .output()
+            .unwrap()
+    };
+    // Without --voice the third line has no voice: it fails, the others are written.
+    let first = run(&[]);
+    let err = String::from_utf8_lossy(&first.stderr);
+    assert!(!first.status.success());
+    assert!(err.contains("1 of 3 utterances failed: by-default (line 3)"), "{err}");
+    assert!(out.join("by-ref.wav").is_file() && out.join("by-store.wav").is_file() && !out.join("by-default.wav").exists());
+    // The same recording and transcript, by path or from the store, and the same seed: the
+    // same audio.
+    assert_eq!(std::fs::read(out.join("by-ref.wav")).unwrap(), std::fs::read(out.join("by-store.wav")).unwrap());
+    // The rerun with a default voice does only the line that failed.
+    let second = run(&["--voice", "birch"]);
+    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+    let s = summary(&second);
+    assert_eq!((s["skipped"].as_u64(), s["done"].as_u64()), (Some(2), Some(1)), "{s}");
+    assert_eq!(std::fs::read(out.join("by-default.wav")).unwrap(), std::fs::read(out.join("by-store.wav")).unwrap());
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("by-ref.json")).unwrap()).unwrap();
+    assert_eq!((report["family"].as_str(), report["seed"].as_u64()), (Some("f5"), Some(4)));
+}
