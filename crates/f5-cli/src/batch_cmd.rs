@@ -46,7 +46,7 @@ pub struct BatchArgs {
     /// N workers with 0/N … N-1/N together do every line exactly once.
     #[arg(long, value_parser = parse_shard)]
     pub shard: Option<Shard>,
-    /// The model, as `f5 synth --model` takes it (default hexgrad/Kokoro-82M).
+    /// The model, as `f5 synth --model` takes it: a path, local id or hub reference.
     #[arg(long, short = 'm', default_value = resolve::DEFAULT_MODEL)]
     pub model: String,
     /// F5: the checkpoint's vocab.txt (default: beside it).
