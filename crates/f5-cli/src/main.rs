@@ -1,6 +1,7 @@
 //! `f5`: F5-TTS zero-shot text-to-speech. Every failure ends as one readable line on stderr and
 //! a non-zero exit status.
 
+mod batch_cmd;
 mod chunks_cmd;
 mod config;
 mod limits;
@@ -34,6 +35,9 @@ struct Cli {
 enum Command {
     /// Speak a text in the voice of a reference recording.
     Synth(Box<synth_cmd::SynthArgs>),
+    /// Speak every line of a JSONL job file into a directory (ID.wav + ID.json per line),
+    /// skipping lines already done; --shard I/N splits the file among N workers.
+    Batch(Box<batch_cmd::BatchArgs>),
     /// Run the daemon: HTTP API (POST /tts, /dialogue, /v1/audio/speech; voices; health) and a
     /// web page at /, one model thread behind a job queue.
     Serve(Box<ServeArgs>),
@@ -165,6 +169,11 @@ struct ServeArgs {
     /// One line per request on standard error: text, json, or off.
     #[arg(long = "log-format", default_value = "text")]
     log_format: String,
+    /// After SIGTERM or Ctrl-C, seconds the accepted requests (running and queued) have to
+    /// finish; those still waiting then are answered 503 and f5 exits 0 (at most 2 s later).
+    /// Default: wait for all of them. Set the orchestrator's grace period a few seconds above.
+    #[arg(long = "drain-timeout")]
+    drain_timeout: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -256,6 +265,7 @@ fn one_line(e: &anyhow::Error) -> String {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Synth(args) => synth_cmd::run(*args),
+        Command::Batch(args) => batch_cmd::run(*args),
         Command::Models(ModelsCommand::Inspect { name, json }) => inspect(&name, json),
         Command::Models(ModelsCommand::List { all }) => models_list(all),
         Command::Models(ModelsCommand::Pull { reference }) => {
@@ -453,6 +463,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         "off" => f5_server::LogFormat::Off,
         other => bail!("--log-format {other:?}: use text, json or off"),
     };
+    config.drain_timeout = a.drain_timeout.map(std::time::Duration::from_secs);
     config.transcriber = a.transcriber;
     config.language = a.language;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;

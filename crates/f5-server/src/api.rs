@@ -902,7 +902,13 @@ async fn speak(
     let deadline = std::time::Instant::now() + state.config.job_timeout;
     let spec = JobSpec { model, voice, text, options, deadline, stream: None };
     let rx = state.engine.submit(spec, admission).map_err(|full| ApiError::queue_full(full.retry_after_s))?;
-    match rx.await {
+    // A shutdown's drain time running out answers at once, whatever the model thread is in the
+    // middle of: the client gets a 503 it can retry elsewhere, never a dropped connection.
+    let reply = tokio::select! {
+        reply = rx => reply,
+        _ = state.engine.drain_over() => return Err(job_error(state, JobError::ShuttingDown)),
+    };
+    match reply {
         Ok(Ok(out)) => Ok(out),
         Ok(Err(e)) => Err(job_error(state, e)),
         Err(_) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping")),
@@ -920,6 +926,10 @@ pub(crate) fn job_error(state: &AppState, e: JobError) -> ApiError {
         ),
         // Only sent when the client is gone; nobody reads this.
         JobError::Cancelled => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the job was cancelled"),
+        JobError::ShuttingDown => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this server is shutting down and its drain time ran out before the job was done; send the request again",
+        ),
     }
 }
 

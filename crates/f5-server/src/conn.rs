@@ -24,11 +24,33 @@ pub(crate) struct Limits {
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    /// After `shutdown`, how long the requests in flight have to finish; `None`: as long as
+    /// they take. When it runs out, `on_drain_over` is called (which answers the requests still
+    /// waiting 503) and the loop waits at most [`CUT_OFF_GRACE`] more for those answers.
+    pub drain_timeout: Option<Duration>,
+    pub on_drain_over: Box<dyn FnOnce() + Send>,
+}
+
+/// Time for the 503 answers of a cut-off drain to be written, after the drain time.
+pub(crate) const CUT_OFF_GRACE: Duration = Duration::from_secs(2);
+
+/// How a drain ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Drained {
+    /// Every request in flight was answered in time.
+    Complete,
+    /// The drain time ran out; what was still waiting was answered 503.
+    CutOff,
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then waits for the connections in
-/// flight to finish their requests.
-pub(crate) async fn serve(listener: TcpListener, app: axum::Router, limits: Limits, shutdown: impl Future<Output = ()> + Send + 'static) {
+/// flight to finish their requests (at most the drain timeout, see [`Limits`]).
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Drained {
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -86,7 +108,19 @@ pub(crate) async fn serve(listener: TcpListener, app: axum::Router, limits: Limi
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    let Some(limit) = limits.drain_timeout else {
+        graceful.shutdown().await;
+        return Drained::Complete;
+    };
+    let mut finished = std::pin::pin!(graceful.shutdown());
+    if tokio::time::timeout(limit, &mut finished).await.is_ok() {
+        return Drained::Complete;
+    }
+    (limits.on_drain_over)();
+    // The waiting requests answer 503 at once; a connection still busy after the grace is one
+    // whose answer was already streaming when the time ran out, and it is closed unfinished.
+    let _ = tokio::time::timeout(CUT_OFF_GRACE, finished).await;
+    Drained::CutOff
 }
 
 /// When a connection last moved bytes, and how many of its requests are being answered.

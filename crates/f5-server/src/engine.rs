@@ -47,6 +47,8 @@ pub(crate) enum JobError {
     TimedOut,
     /// Its client went away; nobody waits for the answer.
     Cancelled,
+    /// The server is shutting down and its drain time ran out before the job was done.
+    ShuttingDown,
 }
 
 /// Why a running job was stopped from its progress callback. The engine's progress callback
@@ -56,6 +58,7 @@ pub(crate) enum JobError {
 enum Stop {
     ClientGone,
     Deadline,
+    DrainOver,
 }
 
 type Reply = oneshot::Sender<Result<JobOutput, JobError>>;
@@ -116,6 +119,11 @@ pub(crate) struct Engine {
     wake: Condvar,
     capacity: usize,
     pub stats: Stats,
+    /// Set when a shutdown's drain time has run out: the running job stops at its next step,
+    /// queued ones are not started, and every request still waiting is answered 503 at once
+    /// (see [`Engine::drain_over`]).
+    cut_off: AtomicBool,
+    drain_over: tokio::sync::watch::Sender<bool>,
 }
 
 /// What opens the weights, on the model thread, as often as they are reloaded or exchanged.
@@ -179,6 +187,8 @@ impl Engine {
             wake: Condvar::new(),
             capacity,
             stats: Stats::default(),
+            cut_off: AtomicBool::new(false),
+            drain_over: tokio::sync::watch::Sender::new(false),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let thread_engine = engine.clone();
@@ -233,6 +243,24 @@ impl Engine {
     pub fn pause(self: &Arc<Self>) -> PauseGuard {
         self.lock().paused = true;
         PauseGuard { engine: self.clone() }
+    }
+
+    /// Ends a shutdown's drain: jobs not done by now are answered 503 (see `cut_off`).
+    pub fn cut_off(&self) {
+        self.cut_off.store(true, Ordering::SeqCst);
+        self.drain_over.send_replace(true);
+        self.wake.notify_all();
+    }
+
+    /// Whether [`Engine::cut_off`] was called.
+    pub fn is_cut_off(&self) -> bool {
+        self.cut_off.load(Ordering::SeqCst)
+    }
+
+    /// Completes when the drain time of a shutdown has run out; never before a shutdown.
+    pub async fn drain_over(&self) {
+        let mut rx = self.drain_over.subscribe();
+        let _ = rx.wait_for(|over| *over).await;
     }
 
     /// Asks the model thread to stop; queued jobs are dropped, so their clients get an error.
@@ -297,13 +325,18 @@ fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Durati
                     stats.jobs_cancelled.fetch_add(1, Ordering::SeqCst);
                     continue;
                 }
+                // The drain time ran out while it waited.
+                if engine.is_cut_off() {
+                    let _ = job.reply.send(Err(JobError::ShuttingDown));
+                    continue;
+                }
                 // Its whole time went on waiting.
                 if Instant::now() >= job.spec.deadline {
                     let _ = job.reply.send(Err(JobError::TimedOut));
                     continue;
                 }
                 let started = Instant::now();
-                let result = run_job(&mut synth, &loader, &job, stats);
+                let result = run_job(&mut synth, &loader, &job, stats, &engine.cut_off);
                 let ran = started.elapsed();
                 idle_since = Instant::now();
                 match &result {
@@ -316,7 +349,7 @@ fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Durati
                     }
                     // A request the engine refused is the client's mistake, not a failure; a job
                     // stopped for its client or its deadline is neither.
-                    Err(JobError::Rejected(_)) | Err(JobError::TimedOut) => {}
+                    Err(JobError::Rejected(_)) | Err(JobError::TimedOut) | Err(JobError::ShuttingDown) => {}
                     Err(JobError::Cancelled) => {
                         stats.jobs_cancelled.fetch_add(1, Ordering::SeqCst);
                     }
@@ -331,7 +364,7 @@ fn model_thread(engine: Arc<Engine>, loader: Loader, unload_after: Option<Durati
     }
 }
 
-fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, job: &Job, stats: &Stats) -> Result<Audio, JobError> {
+fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, job: &Job, stats: &Stats, cut_off: &AtomicBool) -> Result<Audio, JobError> {
     let spec = &job.spec;
     let switching = stats.current.load(Ordering::SeqCst) != spec.model;
     if switching {
@@ -361,6 +394,9 @@ fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, job: &Job, stats: &
         if Instant::now() >= spec.deadline {
             std::panic::resume_unwind(Box::new(Stop::Deadline));
         }
+        if cut_off.load(Ordering::SeqCst) {
+            std::panic::resume_unwind(Box::new(Stop::DrainOver));
+        }
     };
     // A panic inside the engine must not take the model thread (and every later request) with it.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &spec.stream {
@@ -387,6 +423,7 @@ fn run_job(synth: &mut Option<LoadedModel>, loader: &Loader, job: &Job, stats: &
         Ok(Err(e)) => Err(JobError::Failed(e.to_string())),
         Err(payload) if payload.is::<Stop>() => match payload.downcast_ref::<Stop>() {
             Some(Stop::ClientGone) => Err(JobError::Cancelled),
+            Some(Stop::DrainOver) => Err(JobError::ShuttingDown),
             _ => Err(JobError::TimedOut),
         },
         Err(_) => {

@@ -109,6 +109,11 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// One line per request on standard error (text or JSON), or none.
     pub log_format: LogFormat,
+    /// After the shutdown signal, how long accepted requests (running and queued jobs) have to
+    /// finish; those not done by then are answered 503 and the server stops. `None` waits for
+    /// every accepted request, however long. An orchestrator's grace period (Kubernetes'
+    /// `terminationGracePeriodSeconds`) should exceed this by a few seconds.
+    pub drain_timeout: Option<Duration>,
 }
 
 impl ServerConfig {
@@ -152,6 +157,7 @@ impl ServerConfig {
             idle_timeout: Duration::from_secs(60),
             max_connections: 256,
             log_format: LogFormat::Text,
+            drain_timeout: None,
         }
     }
 
@@ -325,17 +331,31 @@ impl Server {
         self.state.engine.pause()
     }
 
-    /// Answers requests until `shutdown` completes, lets the requests in flight finish, then
-    /// stops the model thread.
+    /// Answers requests until `shutdown` completes, lets the requests in flight finish (within
+    /// the drain timeout, when one is set: the rest are answered 503), then stops the model
+    /// thread. A drain cut off by its timeout is still a clean stop: `Ok`.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
         let app = api::router(self.state.clone());
+        let engine = self.state.engine.clone();
+        let drain_timeout = self.state.config().drain_timeout;
         let limits = conn::Limits {
             header_timeout: self.state.config().header_timeout,
             idle_timeout: self.state.config().idle_timeout,
             max_connections: self.state.config().max_connections,
+            drain_timeout,
+            on_drain_over: Box::new(move || engine.cut_off()),
         };
-        conn::serve(self.listener, app, limits, shutdown).await;
+        let drained = conn::serve(self.listener, app, limits, shutdown).await;
         self.state.engine.stop();
+        if drained == conn::Drained::CutOff {
+            // The model thread may be inside a forward that takes seconds more; the process
+            // is ending, so it is not waited for.
+            log_line!(
+                "f5 serve: the drain time of {} s ran out; the requests still waiting were answered 503",
+                drain_timeout.map_or(0, |d| d.as_secs())
+            );
+            return Ok(());
+        }
         let thread = self.model_thread;
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         Ok(())

@@ -161,7 +161,12 @@ async fn respond(
 ) -> Result<Response, ApiError> {
     let mut encoder = StreamEncoder::new(format, SAMPLE_RATE, 1).map_err(ApiError::internal)?;
     // Wait for the first block: until then a failure can still be a proper status.
-    let (first, ending) = match rx.recv().await {
+    // Before the status is sent, a shutdown's drain running out is still a proper 503.
+    let first_block = tokio::select! {
+        block = rx.recv() => block,
+        _ = state.engine.drain_over() => return Err(job_error(state, JobError::ShuttingDown)),
+    };
+    let (first, ending) = match first_block {
         Some(block) => (block, Ending::Pending(reply)),
         None => match reply.await {
             // The job ended without a sample (nothing to say): an empty but valid answer.
@@ -263,6 +268,7 @@ fn stream_error_message(e: JobError) -> String {
         JobError::Rejected(m) => m,
         JobError::TimedOut => "the job ran past this server's time limit".into(),
         JobError::Cancelled => "the job was cancelled".into(),
+        JobError::ShuttingDown => "this server is shutting down and its drain time ran out".into(),
         JobError::Failed(m) => {
             crate::log_line!("f5 serve: internal error in a stream: {m}");
             "internal server error; the server log has the details".into()

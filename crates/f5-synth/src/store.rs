@@ -10,6 +10,13 @@
 //! deletions — from the server's threads or from a CLI running beside it — happen one at a time
 //! and a reader sees the old voice or the new one, never the moment between the two renames.
 //! Temporaries that a crashed writer left behind are swept when the store is opened.
+//!
+//! Several servers may share one store directory (replicas behind a load balancer, on one host
+//! or a shared volume whose locks work across hosts, as NFSv4's do): nothing about the voices
+//! is cached in memory, every request reads the store, so a voice one replica adds is heard at
+//! once by the others. Adding a voice that is already stored with the same recording bytes and
+//! transcript succeeds without writing (a client's retry that a balancer sends to another
+//! replica is not a conflict); only different content under the same id needs `replace`.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -222,7 +229,8 @@ impl VoiceStore {
     /// Stores a voice. The recording is decoded once, at most [`DecodeLimit::REFERENCE`] of
     /// it, and must make a usable voice (not silent, enough speech) before anything is written;
     /// `extension` names its container (`wav`, `mp3`, `flac`, `ogg`). An existing voice is
-    /// replaced only with `replace`.
+    /// replaced only with `replace`; one stored with exactly this content is left as it is and
+    /// returned, so adding the same voice twice (from two replicas) agrees instead of failing.
     ///
     /// [`DecodeLimit::REFERENCE`]: f5_audio::decode::DecodeLimit::REFERENCE
     pub fn add(&self, id: &str, transcript: &str, audio: &[u8], extension: &str, replace: bool) -> Result<VoiceEntry, StoreError> {
@@ -240,14 +248,21 @@ impl VoiceStore {
         if audio.len() > MAX_AUDIO_BYTES {
             return Err(StoreError::AudioTooLarge(audio.len()));
         }
-        // A cheap refusal before the decode; checked again under the lock.
-        if !replace && read_entry(id, &dir).is_some() {
-            return Err(StoreError::Exists(id.to_string()));
+        // A cheap answer before the decode; checked again under the lock.
+        if !replace {
+            if let Some(existing) = read_entry(id, &dir) {
+                return same_content(&existing, transcript, audio, &ext)
+                    .then_some(existing)
+                    .ok_or_else(|| StoreError::Exists(id.to_string()));
+            }
         }
         check_recording(audio, &ext, transcript)?;
         let _lock = self.lock(true)?;
         if !replace && dir.exists() {
-            return Err(StoreError::Exists(id.to_string()));
+            return match read_entry(id, &dir) {
+                Some(existing) if same_content(&existing, transcript, audio, &ext) => Ok(existing),
+                _ => Err(StoreError::Exists(id.to_string())),
+            };
         }
         let tmp = self.root.join(format!("{TMP_PREFIX}{id}-{}-{}", std::process::id(), unique()));
         let write = || -> std::io::Result<()> {
@@ -323,10 +338,22 @@ fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     f.sync_all()
 }
 
+/// Whether a stored voice is exactly this one: the same transcript, container and recording
+/// bytes (compared whole; a reference is at most [`MAX_AUDIO_BYTES`]).
+fn same_content(existing: &VoiceEntry, transcript: &str, audio: &[u8], ext: &str) -> bool {
+    existing.transcript == transcript
+        && existing.audio.extension().and_then(|e| e.to_str()) == Some(ext)
+        && std::fs::read(&existing.audio).is_ok_and(|stored| stored == audio)
+}
+
+/// A number for temporary names that no other writer uses at the same moment: the process id
+/// alone repeats across containers (each replica may be pid 1), so the clock's nanoseconds and a
+/// counter go in as well.
 fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    nanos.wrapping_add(N.fetch_add(1, Ordering::Relaxed))
 }
 
 fn json_string(s: &str) -> String {
@@ -399,6 +426,36 @@ mod tests {
         assert!(s.list().unwrap().is_empty());
         // Nothing but voices is left behind.
         assert_eq!(std::fs::read_dir(s.root()).unwrap().count(), 0);
+    }
+
+    /// Two stores on one directory, as two replicas: the same voice added by both (at once, and
+    /// again later) agrees, without `replace`; other content under that id is still refused;
+    /// what one adds or removes the other sees at once.
+    #[test]
+    fn replicas_sharing_a_directory_agree() {
+        let a = store();
+        let b = VoiceStore::open(a.root()).unwrap();
+        let audio = wav();
+        std::thread::scope(|scope| {
+            for s in [&a, &b, &a, &b] {
+                let audio = &audio;
+                scope.spawn(move || s.add("gina", "Same words.", audio, "wav", false).unwrap());
+            }
+        });
+        assert_eq!(b.get("gina").unwrap().transcript, "Same words.");
+        let before = std::fs::metadata(a.get("gina").unwrap().audio).unwrap().modified().unwrap();
+        b.add("gina", "Same words.", &audio, "wav", false).unwrap();
+        let after = std::fs::metadata(a.get("gina").unwrap().audio).unwrap().modified().unwrap();
+        assert_eq!(before, after, "an identical add writes nothing");
+        assert!(matches!(b.add("gina", "Other words.", &audio, "wav", false), Err(StoreError::Exists(_))));
+        let mut louder = audio.clone();
+        let last = louder.len() - 1;
+        louder[last] ^= 1;
+        assert!(matches!(b.add("gina", "Same words.", &louder, "wav", false), Err(StoreError::Exists(_))));
+        assert_eq!(std::fs::read(a.get("gina").unwrap().audio).unwrap(), audio, "the first content stays");
+        a.remove("gina").unwrap();
+        assert!(matches!(b.get("gina"), Err(StoreError::NotFound(_))));
+        assert_eq!(std::fs::read_dir(a.root()).unwrap().count(), 0, "no temporaries left");
     }
 
     #[test]
