@@ -70,6 +70,9 @@ pub struct BatchArgs {
     /// No progress bar and no progress lines (errors and the summary still go to stderr).
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// The settings file's vocoder (for F5 models; see `--config`).
+    #[arg(skip)]
+    pub default_vocoder: Option<String>,
 }
 
 /// Which part of the job file one worker does.
@@ -322,7 +325,9 @@ impl Voices {
             if let Some(v) = self.recordings.get(&key) {
                 return Ok(VoiceRef::Recording(v.clone()));
             }
-            let (voice, _cut) = Voice::load_capped(&audio, &transcript, target_rms)?;
+            // A recording whose speech the ≤ 12 s rule cuts is refused, as `f5 synth` refuses it
+            // without a transcriber: the line fails alone, saying how much was kept.
+            let voice = Voice::load(&audio, &transcript, target_rms)?;
             let voice = Arc::new(voice);
             self.recordings.insert(key, voice.clone());
             return Ok(VoiceRef::Recording(voice));
@@ -418,8 +423,14 @@ pub fn run(args: BatchArgs) -> Result<()> {
     let mut failed: Vec<String> = Vec::new();
     if !todo.is_empty() {
         let hub = Arc::new(resolve::hub(args.quiet));
-        let files = resolve::model_files(&hub, &args.model, args.vocab.as_deref(), args.vocoder.as_deref(), resolve::Use::Command)
-            .map_err(|e| if args.model == resolve::DEFAULT_MODEL { resolve::default_model_hint(e) } else { e })?;
+        let vocoder = resolve::VocoderChoice { given: args.vocoder.as_deref(), default: args.default_vocoder.as_deref() };
+        let files = resolve::model_files_with(&hub, &args.model, args.vocab.as_deref(), vocoder, resolve::Use::Command).map_err(|e| {
+            if args.model == resolve::DEFAULT_MODEL {
+                resolve::default_model_hint(e)
+            } else {
+                e
+            }
+        })?;
         // Named voices are checked before the model loads: a typo fails at once, naming its line.
         if !files.clones_from_recording() {
             for u in &todo {
@@ -431,7 +442,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
         }
         let device = f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)?;
         let threads = crate::limits::clamp_threads(args.threads);
-        let engine = f5_synth::open_engine(&files, f5_synth::DeviceOptions { device, threads })?;
+        let engine = f5_synth::open_engine(&files, f5_synth::DeviceOptions::new(device, threads))?;
         let engine: &dyn SpeechEngine = &*engine;
         let mut voices = Voices { recordings: HashMap::new() };
         for (k, u) in todo.iter().enumerate() {

@@ -123,6 +123,17 @@ impl Config {
                     a.voice = self.voice.clone();
                 }
             }
+            Command::Batch(a) => {
+                if let Some(m) = matches.subcommand_matches("batch") {
+                    set(&mut a.model, m, "model", &self.model);
+                    set(&mut a.device, m, "device", &self.device);
+                    set(&mut a.precision, m, "precision", &self.precision);
+                }
+                a.default_vocoder = self.vocoder.clone();
+                if a.voice.is_none() {
+                    a.voice = self.voice.clone();
+                }
+            }
             Command::Serve(a) => {
                 if let Some(m) = matches.subcommand_matches("serve") {
                     set(&mut a.device, m, "device", &self.device);
