@@ -5,6 +5,7 @@ use std::path::PathBuf;
 /// Each message names what was asked for and what was tried, because the person reading it
 /// usually typed the name a moment ago and needs to know which of the three readings failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HubError {
     #[error("empty model name: give a path, a local id or an owner/repo/file reference")]
     EmptyName,

@@ -39,6 +39,7 @@ pub struct Voice {
 
 /// Speech a reference lost to the ≤ 12 s rule.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Clipped {
     /// Seconds of sound (above −50 dBFS) in the recording as read.
     pub speech_seconds: f64,
