@@ -28,6 +28,8 @@ pub struct HubConfig {
 pub(crate) const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
 impl HubConfig {
+    /// The settings from the process environment: `F5_HOME`, `HF_HOME`, `HF_HUB_CACHE` (or
+    /// `HUGGINGFACE_HUB_CACHE`), `HF_ENDPOINT`, `HF_TOKEN`, `HF_HUB_OFFLINE` (or `TRANSFORMERS_OFFLINE`).
     pub fn from_env() -> HubConfig {
         HubConfig::from_vars(|name| std::env::var(name).ok())
     }
