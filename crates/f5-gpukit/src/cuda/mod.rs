@@ -48,6 +48,7 @@ pub enum WeightPrecision {
 
 /// Options of [`CudaBackend::with_options`].
 #[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
 pub struct CudaOptions {
     /// How GEMM weights are kept on the device.
     pub weights: WeightPrecision,
