@@ -30,9 +30,15 @@ pub const MAX_DECODED_SAMPLES: u64 = 1 << 30;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SampleEncoding {
     /// Signed (or, for 8-bit WAV, unsigned) integers of this many bits.
-    Int { bits: u16 },
+    Int {
+        /// Bits per sample (8, 16, 24 or 32).
+        bits: u16,
+    },
     /// IEEE floats of this many bits.
-    Float { bits: u16 },
+    Float {
+        /// Bits per sample (32 or 64).
+        bits: u16,
+    },
     /// A lossy codec (MP3, Vorbis) whose decoder yields floats.
     Lossy,
 }
@@ -40,8 +46,11 @@ pub enum SampleEncoding {
 /// Decoded audio, one `Vec` per channel, samples in [-1, 1] for integer sources.
 #[derive(Debug, Clone)]
 pub struct DecodedAudio {
+    /// Samples per second, as the file declared.
     pub sample_rate: u32,
+    /// The samples, one `Vec` per channel, all of one length.
     pub channels: Vec<Vec<f32>>,
+    /// How the file stored them (integer sources round-trip exactly; see `wav_ints`).
     pub encoding: SampleEncoding,
     /// Integer samples exactly as stored, interleaved, for integer WAV sources. pydub's silence
     /// logic needs the integers (its RMS truncates to an integer).
@@ -49,6 +58,7 @@ pub struct DecodedAudio {
 }
 
 impl DecodedAudio {
+    /// Channels in the file (1 for mono).
     pub fn channel_count(&self) -> usize {
         self.channels.len()
     }
@@ -58,6 +68,7 @@ impl DecodedAudio {
         self.channels.first().map_or(0, Vec::len)
     }
 
+    /// Whether there is no sample at all.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -127,6 +138,7 @@ impl DecodeLimit {
 /// Audio decoded under a [`DecodeLimit`].
 #[derive(Debug, Clone)]
 pub struct LimitedAudio {
+    /// What was decoded (all of it, or the beginning up to the limit).
     pub audio: DecodedAudio,
     /// The file held more than the limit; `audio` is its beginning.
     pub cut: bool,

@@ -4,55 +4,186 @@ use std::path::PathBuf;
 /// so a user can tell a broken input from a bug.
 #[derive(Debug, thiserror::Error)]
 pub enum AudioError {
+    /// The file could not be opened or read.
     #[error("cannot read audio file {path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// Zero bytes: usually an upload or a path that went wrong before decoding.
     #[error("audio input {what} is empty (0 bytes)")]
-    EmptyInput { what: String },
+    EmptyInput {
+        /// The input: a path, or a name for in-memory data (an upload).
+        what: String,
+    },
+    /// The bytes are not in any container or codec the decoder knows.
     #[error("audio input {what} is not a decodable audio file: {detail}")]
-    NotAudio { what: String, detail: String },
+    NotAudio {
+        /// The input: a path, or a name for in-memory data (an upload).
+        what: String,
+        /// What the library reported.
+        detail: String,
+    },
+    /// A known container with a sample format the decoder does not convert.
     #[error("audio input {what} has an unsupported sample format: {detail}")]
-    UnsupportedFormat { what: String, detail: String },
+    UnsupportedFormat {
+        /// The input: a path, or a name for in-memory data (an upload).
+        what: String,
+        /// What the library reported.
+        detail: String,
+    },
+    /// A channel count no real recording has (a corrupt or hostile header).
     #[error("audio input {what} declares {channels} channels; expected 1 to {max}")]
-    BadChannelCount { what: String, channels: u32, max: u32 },
+    BadChannelCount {
+        /// The input: a path, or a name for in-memory data (an upload).
+        what: String,
+        /// The channel count.
+        channels: u32,
+        /// The largest value accepted.
+        max: u32,
+    },
+    /// A sample rate outside what any audio path here supports.
     #[error("sample rate {rate} Hz ({what}) is outside the supported range 1..={max} Hz")]
-    BadSampleRate { what: String, rate: u64, max: u32 },
+    BadSampleRate {
+        /// The input: a path, or a name for in-memory data (an upload).
+        what: String,
+        /// The rate given, in Hz.
+        rate: u64,
+        /// The largest value accepted.
+        max: u32,
+    },
+    /// A valid header with no audio after it.
     #[error("audio input {what} contains no samples")]
-    NoSamples { what: String },
+    NoSamples {
+        /// The input: a path, or a name for in-memory data (an upload).
+        what: String,
+    },
+    /// A float sample that is NaN or infinite: it would poison every later stage.
     #[error("audio input {what} has a non-finite sample (NaN or infinity) at index {index}")]
-    NonFiniteSample { what: String, index: usize },
+    NonFiniteSample {
+        /// The input: a path, or a name for in-memory data (an upload).
+        what: String,
+        /// Index of the first such sample.
+        index: usize,
+    },
+    /// More samples than the caller's limit: refused before the memory is spent.
     #[error("audio input {what} is too long: {samples} samples exceeds the limit of {limit}")]
-    TooLong { what: String, samples: u64, limit: u64 },
+    TooLong {
+        /// The input: a path, or a name for in-memory data (an upload).
+        what: String,
+        /// Samples the input has.
+        samples: u64,
+        /// The largest count accepted.
+        limit: u64,
+    },
     #[error(
         "waveform of {len} samples is too short for the mel spectrogram: reflect padding of {pad} \
          samples needs at least {min} samples"
     )]
-    TooShortForMel { len: usize, pad: usize, min: usize },
+    /// Fewer samples than the mel's reflect padding needs (as torch would refuse).
+    TooShortForMel {
+        /// Samples given.
+        len: usize,
+        /// Reflect padding on each side.
+        pad: usize,
+        /// Samples needed at least.
+        min: usize,
+    },
+    /// Resampling would produce more samples than allowed.
     #[error("resampling {from} Hz to {to} Hz of {len} samples would produce {out} samples, over the limit of {limit}")]
-    ResampleTooLarge { from: u32, to: u32, len: usize, out: u64, limit: u64 },
+    ResampleTooLarge {
+        /// Input rate in Hz.
+        from: u32,
+        /// Output rate in Hz.
+        to: u32,
+        /// Samples given.
+        len: usize,
+        /// Samples the output would have.
+        out: u64,
+        /// The largest count accepted.
+        limit: u64,
+    },
+    /// Channels that do not line up (interleaved data of the wrong length).
     #[error("channel layout mismatch: {detail}")]
-    ChannelMismatch { detail: String },
+    ChannelMismatch {
+        /// What the library reported.
+        detail: String,
+    },
+    /// The FFT library refused a plan or a buffer.
     #[error("FFT failed: {0}")]
     Fft(String),
+    /// Writing a WAV file failed.
     #[error("cannot write WAV file {path}: {detail}")]
-    WavWrite { path: PathBuf, detail: String },
+    WavWrite {
+        /// The file.
+        path: PathBuf,
+        /// What the library reported.
+        detail: String,
+    },
+    /// An output format name this crate does not encode.
     #[error("unknown audio format \"{name}\"; known formats: {known}")]
-    UnknownFormat { name: String, known: String },
+    UnknownFormat {
+        /// The name given.
+        name: String,
+        /// The names that would work.
+        known: String,
+    },
+    /// A file extension that names no output format.
     #[error("unknown audio file extension \"{extension}\"; known extensions: {known}")]
-    UnknownExtension { extension: String, known: String },
+    UnknownExtension {
+        /// The extension given.
+        extension: String,
+        /// The names that would work.
+        known: String,
+    },
+    /// A known format whose encoder is not usable in this build or setting.
     #[error("audio format {name} is not available: {reason}")]
-    FormatUnavailable { name: String, reason: &'static str },
+    FormatUnavailable {
+        /// The name given.
+        name: String,
+        /// Why it is not available.
+        reason: &'static str,
+    },
+    /// An encoder setting (rate, channels, bitrate) the format does not support.
     #[error("{format} output cannot use {what} {value}; supported: {supported}")]
-    EncoderSetting { format: String, what: &'static str, value: u64, supported: String },
+    EncoderSetting {
+        /// The output format.
+        format: String,
+        /// Which setting (sample rate, channels, bitrate).
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// The values the format accepts.
+        supported: String,
+    },
+    /// The encoder failed while encoding.
     #[error("{format} encoder failed: {detail}")]
-    Encode { format: String, detail: String },
+    Encode {
+        /// The output format.
+        format: String,
+        /// What the library reported.
+        detail: String,
+    },
+    /// Interleaved samples that end mid-frame.
     #[error("{format} output: {len} interleaved samples is not a whole number of {channels}-channel frames")]
-    PartialFrame { format: String, len: usize, channels: u16 },
+    PartialFrame {
+        /// The output format.
+        format: String,
+        /// Samples given.
+        len: usize,
+        /// The channel count.
+        channels: u16,
+    },
+    /// Samples pushed after the stream was finished.
     #[error("{format} encoder was already finished; start a new one for a new stream")]
-    EncoderFinished { format: String },
+    EncoderFinished {
+        /// The output format.
+        format: String,
+    },
 }
 
+/// Results of this crate's decoding, processing and encoding.
 pub type Result<T> = std::result::Result<T, AudioError>;

@@ -19,6 +19,7 @@ pub fn rms(samples: &[f32]) -> f32 {
 pub struct RmsNormalization {
     /// RMS of the input before any change.
     pub input_rms: f32,
+    /// The level the input was raised to when quieter (F5's reference uses 0.1).
     pub target_rms: f32,
     /// True when the input was quieter than the target and was raised.
     pub raised: bool,

@@ -5,8 +5,11 @@
 //! ([`output`]), and streaming output in WAV, PCM, MP3, Opus and FLAC ([`encode`]). Each piece
 //! that has a Python counterpart reproduces the official pipeline's numbers, not just its idea.
 
+#![warn(missing_docs)]
+
 pub mod decode;
 pub mod encode;
+/// The crate's one error type.
 pub mod error;
 pub mod level;
 pub mod mel;

@@ -12,10 +12,15 @@ use realfft::{RealFftPlanner, RealToComplex};
 
 use crate::error::{AudioError, Result};
 
+/// FFT size of the Vocos mel (what F5-TTS was trained on).
 pub const N_FFT: usize = 1024;
+/// Samples between mel frames: one frame per 256 samples at 24 kHz.
 pub const HOP_LENGTH: usize = 256;
+/// Hann window length (the whole FFT).
 pub const WIN_LENGTH: usize = 1024;
+/// Mel bands.
 pub const N_MELS: usize = 100;
+/// One-sided FFT bins.
 pub const N_FREQS: usize = N_FFT / 2 + 1;
 /// `center=True` pads `n_fft / 2` samples on each side.
 pub const CENTER_PAD: usize = N_FFT / 2;
@@ -144,15 +149,18 @@ pub fn mel_frame_count(len: usize) -> usize {
 }
 
 impl MelSpectrogram {
+    /// Plans the FFT and builds the window and filterbank once; reuse it for every clip.
     pub fn new() -> Self {
         let mut planner = RealFftPlanner::<f64>::new();
         Self { window: hann_window_periodic(WIN_LENGTH), filterbank: f5_filterbank(), fft: planner.plan_fft_forward(N_FFT) }
     }
 
+    /// The mel filterbank `[N_FREQS, N_MELS]`, as torchaudio builds it (for comparisons).
     pub fn filterbank(&self) -> &[f32] {
         &self.filterbank
     }
 
+    /// The periodic Hann window.
     pub fn window(&self) -> &[f32] {
         &self.window
     }

@@ -100,10 +100,12 @@ impl SincResampler {
         Ok(Self { from_rate, to_rate, orig, new, width, phases })
     }
 
+    /// The input rate this kernel was built for.
     pub fn from_rate(&self) -> u32 {
         self.from_rate
     }
 
+    /// The output rate.
     pub fn to_rate(&self) -> u32 {
         self.to_rate
     }

@@ -25,6 +25,8 @@ fn py_round(x: f64) -> i64 {
 }
 
 impl PcmSegment {
+    /// A segment of interleaved integer `samples`; refuses channel counts, rates and widths
+    /// pydub would not hold, so the silence rules never divide by zero.
     pub fn new(samples: Vec<i32>, channels: usize, frame_rate: u32, sample_width: u8) -> Result<Self> {
         if channels == 0 || channels > crate::decode::MAX_CHANNELS as usize {
             return Err(AudioError::BadChannelCount {
@@ -77,22 +79,27 @@ impl PcmSegment {
         Self::new(ints, channels, audio.sample_rate, width)
     }
 
+    /// Channels per frame.
     pub fn channels(&self) -> usize {
         self.channels
     }
 
+    /// Frames per second.
     pub fn frame_rate(&self) -> u32 {
         self.frame_rate
     }
 
+    /// Bytes per sample (pydub's `sample_width`): sets the full-scale value dBFS is measured against.
     pub fn sample_width(&self) -> u8 {
         self.sample_width
     }
 
+    /// The interleaved samples.
     pub fn samples(&self) -> &[i32] {
         &self.samples
     }
 
+    /// Frames (samples per channel).
     pub fn frame_count(&self) -> usize {
         self.samples.len() / self.channels
     }

@@ -26,6 +26,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub(crate) mod check;
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -47,7 +49,10 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Device {
     /// The CPU backend, using the given number of threads (0 = all cores).
-    Cpu { threads: usize },
+    Cpu {
+        /// Worker threads (0 = all cores).
+        threads: usize,
+    },
     /// A CUDA device by ordinal.
     Cuda(usize),
 }
@@ -92,7 +97,12 @@ pub enum DeviceChoice {
     /// where the CPU has AVX-512 BF16.
     CpuBf16,
     /// The CUDA backend on GPU `ordinal`; `bf16` keeps a bf16 copy of every GEMM weight.
-    Cuda { ordinal: usize, bf16: bool },
+    Cuda {
+        /// Which GPU (as `CUDA_VISIBLE_DEVICES` numbers them).
+        ordinal: usize,
+        /// Keep a bf16 copy of every GEMM weight (faster, half the weight memory traffic).
+        bf16: bool,
+    },
 }
 
 impl DeviceChoice {
@@ -142,7 +152,12 @@ impl DeviceChoice {
 pub enum KitError {
     /// An operand is too short for the shape the op was given, or the shape itself is invalid.
     #[error("{op}: {detail}")]
-    Shape { op: &'static str, detail: String },
+    Shape {
+        /// The op that refused.
+        op: &'static str,
+        /// What was wrong, in numbers.
+        detail: String,
+    },
     /// The device could not be opened or failed.
     #[error("device: {0}")]
     Device(String),
@@ -151,6 +166,7 @@ pub enum KitError {
     OutOfMemory(usize),
 }
 
+/// Results of the kit's ops.
 pub type Result<T, E = KitError> = std::result::Result<T, E>;
 
 pub(crate) fn shape_err(op: &'static str, detail: impl Into<String>) -> KitError {
@@ -165,11 +181,13 @@ pub trait Backend: Send + Sync {
     /// A device buffer of `f32`.
     type Buf: Send + Sync;
 
+    /// Which device this backend runs on (for logs and for choosing tolerances).
     fn device(&self) -> Device;
 
     // ── buffers ────────────────────────────────────────────────────────────────────────────
     /// A zero-filled buffer of `len` values.
     fn alloc(&self, len: usize) -> Result<Self::Buf>;
+    /// A new buffer holding a copy of `data` (host → device).
     fn upload(&self, data: &[f32]) -> Result<Self::Buf>;
     /// Uploads model weights, which live as long as the model and are only read. A backend may
     /// keep an extra lower-precision copy for faster GEMMs (the CUDA backend's bf16 option);
@@ -177,7 +195,9 @@ pub trait Backend: Send + Sync {
     fn upload_weight(&self, data: &[f32]) -> Result<Self::Buf> {
         self.upload(data)
     }
+    /// A host copy of the whole buffer (device → host).
     fn download(&self, buf: &Self::Buf) -> Result<Vec<f32>>;
+    /// Values the buffer holds.
     fn len(&self, buf: &Self::Buf) -> usize;
     /// Host → device into `buf[offset..offset + data.len()]`.
     fn write(&self, buf: &mut Self::Buf, offset: usize, data: &[f32]) -> Result<()>;
@@ -185,6 +205,7 @@ pub trait Backend: Send + Sync {
     fn read(&self, buf: &Self::Buf, offset: usize, out: &mut [f32]) -> Result<()>;
     /// `dst[dst_off..+len] = src[src_off..+len]`.
     fn copy(&self, src: &Self::Buf, src_off: usize, dst: &mut Self::Buf, dst_off: usize, len: usize) -> Result<()>;
+    /// `buf[offset..offset + len] = value`.
     fn fill(&self, buf: &mut Self::Buf, offset: usize, len: usize, value: f32) -> Result<()>;
 
     // ── linear algebra ─────────────────────────────────────────────────────────────────────

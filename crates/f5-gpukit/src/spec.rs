@@ -10,9 +10,13 @@ use crate::{shape_err, Result};
 /// weight read transposed), which is also what cuBLAS can express.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatLayout {
+    /// Index of element (0, 0) of the first batch item.
     pub offset: usize,
+    /// Distance between consecutive rows.
     pub row_stride: usize,
+    /// Distance between consecutive columns.
     pub col_stride: usize,
+    /// Distance between consecutive batch items (0: one matrix shared by all).
     pub batch_stride: usize,
 }
 
@@ -28,11 +32,13 @@ impl MatLayout {
         MatLayout { offset: 0, row_stride: 1, col_stride: ld, batch_stride: 0 }
     }
 
+    /// The same layout starting at `offset` (a view into part of a buffer).
     pub fn at(mut self, offset: usize) -> Self {
         self.offset = offset;
         self
     }
 
+    /// The same layout repeated every `batch_stride` values for batched GEMMs.
     pub fn batched(mut self, batch_stride: usize) -> Self {
         self.batch_stride = batch_stride;
         self
@@ -58,12 +64,19 @@ impl MatLayout {
 /// produced rather than accumulated into, which is the only way the models use it.
 #[derive(Clone, Copy, Debug)]
 pub struct GemmSpec {
+    /// Rows of A and C.
     pub m: usize,
+    /// Columns of B and C.
     pub n: usize,
+    /// Columns of A, rows of B: the summed dimension.
     pub k: usize,
+    /// Independent products in one call.
     pub batch: usize,
+    /// Where A is.
     pub a: MatLayout,
+    /// Where B is (transposed for a PyTorch weight).
     pub b: MatLayout,
+    /// Where C is.
     pub c: MatLayout,
     /// 0 overwrites C, 1 accumulates into it.
     pub beta: f32,
@@ -113,8 +126,11 @@ impl GemmSpec {
 /// Attention over `[batch_heads, n, head_dim]` tensors, all three contiguous.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionSpec {
+    /// Items × heads: each slice is one head of one item.
     pub batch_heads: usize,
+    /// Sequence length (queries = keys).
     pub n: usize,
+    /// Width of one head.
     pub head_dim: usize,
     /// Usually `1/√head_dim`.
     pub scale: f32,
@@ -141,19 +157,26 @@ impl AttentionSpec {
 /// `[rows, 3·dim]` projection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StridedRows {
+    /// Where row 0 starts.
     pub offset: usize,
+    /// Distance between rows (the fused buffer's width).
     pub row_stride: usize,
 }
 
 /// Head split with rotary embedding; see [`crate::Backend::split_heads_rope`].
 #[derive(Clone, Copy, Debug)]
 pub struct RopeSpec {
+    /// Items.
     pub batch: usize,
+    /// Sequence length.
     pub n: usize,
+    /// Heads the rows are split into.
     pub heads: usize,
+    /// Width of one head (even: rotary pairs).
     pub head_dim: usize,
     /// How many heads, from head 0, are rotated: all of them (F5 v1) or 1 (v0), or 0 for none.
     pub rope_heads: usize,
+    /// Where each row's `heads·head_dim` values start in the source buffer.
     pub src: StridedRows,
 }
 
@@ -248,15 +271,25 @@ pub(crate) fn operand(op: &'static str, name: &str, have: usize, want: usize) ->
 /// `y[t] = Σ_k w[k]·x[t·stride + k·dilation]`, `n_out = (n + 2·pad − dilation·(kernel−1) − 1)/stride + 1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conv1dSpec {
+    /// Items.
     pub batch: usize,
+    /// Input rows per item.
     pub n: usize,
+    /// Input channels.
     pub c_in: usize,
+    /// Output channels.
     pub c_out: usize,
+    /// Kernel taps.
     pub kernel: usize,
+    /// Rows added on each side before convolving.
     pub pad: usize,
+    /// Channel groups (`c_in` for depthwise); divides both channel counts.
     pub groups: usize,
+    /// Input rows between output rows.
     pub stride: usize,
+    /// Input rows between taps.
     pub dilation: usize,
+    /// What the padding rows hold.
     pub pad_mode: PadMode,
 }
 
@@ -271,22 +304,27 @@ impl Conv1dSpec {
         Self::new(batch, n, channels, channels, kernel).pad(kernel / 2).groups(channels)
     }
 
+    /// Sets `pad`.
     pub fn pad(mut self, pad: usize) -> Self {
         self.pad = pad;
         self
     }
+    /// Sets `groups`.
     pub fn groups(mut self, groups: usize) -> Self {
         self.groups = groups;
         self
     }
+    /// Sets `stride`.
     pub fn stride(mut self, stride: usize) -> Self {
         self.stride = stride;
         self
     }
+    /// Sets `dilation`.
     pub fn dilation(mut self, dilation: usize) -> Self {
         self.dilation = dilation;
         self
     }
+    /// Sets `pad_mode`.
     pub fn pad_mode(mut self, mode: PadMode) -> Self {
         self.pad_mode = mode;
         self
@@ -341,14 +379,23 @@ impl Conv1dSpec {
 /// `n_out = (n − 1)·stride − 2·pad + kernel + output_padding`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvTranspose1dSpec {
+    /// Items.
     pub batch: usize,
+    /// Input rows per item.
     pub n: usize,
+    /// Input channels.
     pub c_in: usize,
+    /// Output channels.
     pub c_out: usize,
+    /// Kernel taps.
     pub kernel: usize,
+    /// The upsampling factor.
     pub stride: usize,
+    /// Rows cropped from each end of the full output.
     pub pad: usize,
+    /// Extra rows at the end (as PyTorch, to reach an exact length).
     pub output_padding: usize,
+    /// Channel groups; divides both channel counts.
     pub groups: usize,
 }
 
@@ -357,14 +404,17 @@ impl ConvTranspose1dSpec {
     pub fn new(batch: usize, n: usize, c_in: usize, c_out: usize, kernel: usize, stride: usize) -> Self {
         ConvTranspose1dSpec { batch, n, c_in, c_out, kernel, stride, pad: 0, output_padding: 0, groups: 1 }
     }
+    /// Sets `pad`.
     pub fn pad(mut self, pad: usize) -> Self {
         self.pad = pad;
         self
     }
+    /// Sets `output_padding`.
     pub fn output_padding(mut self, output_padding: usize) -> Self {
         self.output_padding = output_padding;
         self
     }
+    /// Sets `groups`.
     pub fn groups(mut self, groups: usize) -> Self {
         self.groups = groups;
         self
@@ -422,10 +472,15 @@ impl ConvTranspose1dSpec {
 /// two directions of a bidirectional layer write the two halves of one `[batch·n, 2·hidden]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LstmSpec {
+    /// Items.
     pub batch: usize,
+    /// Rows (time steps) per item, padding included.
     pub n: usize,
+    /// Hidden width.
     pub hidden: usize,
+    /// Run from each item's last real step back to its first.
     pub reverse: bool,
+    /// Where each output row goes (one half of a bidirectional layer's row).
     pub out: StridedRows,
 }
 
@@ -474,9 +529,13 @@ impl LstmSpec {
 /// statistics. See [`crate::Backend::instance_norm`] for the optional affine and style.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct InstanceNormSpec {
+    /// Items.
     pub batch: usize,
+    /// Rows per item (the axis normalised over).
     pub n: usize,
+    /// Channels.
     pub c: usize,
+    /// Added to the variance.
     pub eps: f32,
 }
 
@@ -503,9 +562,13 @@ impl InstanceNormSpec {
 /// `1/scale_factor` when a scale factor was given, else `n_in / n_out` (see [`InterpolateSpec::by_scale`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct InterpolateSpec {
+    /// Items.
     pub batch: usize,
+    /// Input rows per item.
     pub n_in: usize,
+    /// Output rows per item.
     pub n_out: usize,
+    /// Channels.
     pub c: usize,
     /// Source rows per output row, in f32 as PyTorch's CPU kernel computes it.
     pub ratio: f32,
@@ -535,15 +598,22 @@ impl InterpolateSpec {
 /// Padding of channels-last `[batch, n, c]` along the rows into `[batch, left + n + right, c]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pad1dSpec {
+    /// Items.
     pub batch: usize,
+    /// Input rows per item.
     pub n: usize,
+    /// Channels.
     pub c: usize,
+    /// Rows added before.
     pub left: usize,
+    /// Rows added after.
     pub right: usize,
+    /// What the added rows hold.
     pub mode: PadMode,
 }
 
 impl Pad1dSpec {
+    /// Output rows per item: `left + n + right`.
     pub fn n_out(&self) -> usize {
         self.n.saturating_add(self.left).saturating_add(self.right)
     }
@@ -564,9 +634,13 @@ impl Pad1dSpec {
 /// (`torch.stft` of such a signal gives `frames` frames, `torch.istft` of them returns it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StftSpec {
+    /// Signals.
     pub batch: usize,
+    /// Frames per signal.
     pub frames: usize,
+    /// FFT size = window length.
     pub n_fft: usize,
+    /// Samples between frames.
     pub hop: usize,
 }
 
@@ -575,6 +649,7 @@ impl StftSpec {
     pub fn for_samples(batch: usize, samples: usize, n_fft: usize, hop: usize) -> Self {
         StftSpec { batch, frames: samples.checked_div(hop).unwrap_or(0) + 1, n_fft, hop }
     }
+    /// One-sided frequency bins: `n_fft/2 + 1`.
     pub fn bins(&self) -> usize {
         self.n_fft / 2 + 1
     }
@@ -610,15 +685,23 @@ impl StftSpec {
 /// one; the LeakyReLU slope differs between places of one model (Kokoro: 0.2, 0.1 and 0.01).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
+    /// GELU with the exact erf: ConvNeXt blocks.
     GeluErf,
+    /// GELU's tanh approximation: the DiT feed-forward and ALBERT.
     GeluTanh,
+    /// `x·sigmoid(x)`: the timestep MLP and adaLN inputs.
     Silu,
+    /// `x·tanh(softplus(x))`: the DiT's convolutional position embedding.
     Mish,
     /// `x` for `x ≥ 0`, `slope·x` below.
     LeakyRelu(f32),
+    /// `1/(1+e^−x)`.
     Sigmoid,
+    /// Hyperbolic tangent.
     Tanh,
+    /// Sine (Kokoro's harmonic source).
     Sin,
+    /// `e^x` (magnitudes from log-magnitudes).
     Exp,
     /// `factor·x` (a residual's `1/√2`, a mean's `1/k`).
     Scale(f32),

@@ -5,6 +5,7 @@ use std::time::Duration;
 /// [`HubConfig::from_env`], or from any variable lookup by [`HubConfig::from_vars`] so tests (and
 /// embedders) never have to mutate the process environment.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HubConfig {
     /// `$F5_HOME`, default `~/.f5`; local models are `models/<id>/` in it.
     pub f5_home: PathBuf,
@@ -28,6 +29,45 @@ pub struct HubConfig {
 pub(crate) const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
 impl HubConfig {
+    /// Sets offline mode (no network at all; the cache must have every file).
+    #[must_use]
+    pub fn with_offline(mut self, value: bool) -> Self {
+        self.offline = value;
+        self
+    }
+    /// Sets the hub's base URL (a mirror, or a test server).
+    #[must_use]
+    pub fn with_endpoint(mut self, value: String) -> Self {
+        self.endpoint = value;
+        self
+    }
+    /// Sets the token sent to the endpoint's own host.
+    #[must_use]
+    pub fn with_token(mut self, value: Option<String>) -> Self {
+        self.token = value;
+        self
+    }
+    /// Sets how many times one download is tried.
+    #[must_use]
+    pub fn with_max_attempts(mut self, value: usize) -> Self {
+        self.max_attempts = value;
+        self
+    }
+    /// Sets the pause before a retry.
+    #[must_use]
+    pub fn with_retry_delay(mut self, value: Duration) -> Self {
+        self.retry_delay = value;
+        self
+    }
+    /// Sets the connect timeout and the longest stall of a read.
+    #[must_use]
+    pub fn with_timeout(mut self, value: Duration) -> Self {
+        self.timeout = value;
+        self
+    }
+
+    /// The settings from the process environment: `F5_HOME`, `HF_HOME`, `HF_HUB_CACHE` (or
+    /// `HUGGINGFACE_HUB_CACHE`), `HF_ENDPOINT`, `HF_TOKEN`, `HF_HUB_OFFLINE` (or `TRANSFORMERS_OFFLINE`).
     pub fn from_env() -> HubConfig {
         HubConfig::from_vars(|name| std::env::var(name).ok())
     }

@@ -20,13 +20,16 @@ pub struct ResolvedKokoro {
     pub voices_dir: PathBuf,
     /// The hub repository further voices come from ([`Hub::fetch_voice`]); `None` on disk.
     pub repo: Option<Reference>,
+    /// Which reading of the name found it.
     pub kind: ModelKind,
 }
 
 /// A model name's files, by family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolved {
+    /// An F5-TTS checkpoint (and its vocabulary).
     F5(ResolvedModel),
+    /// A Kokoro release (weights, `config.json`, voices).
     Kokoro(ResolvedKokoro),
 }
 

@@ -17,6 +17,8 @@
 //! The client is blocking: call it from a plain thread (or `spawn_blocking`), not from inside an
 //! async task.
 
+#![warn(missing_docs)]
+
 mod cache;
 mod config;
 mod error;
@@ -48,25 +50,34 @@ const VOCODER_WEIGHTS: &str = "pytorch_model.bin";
 /// Which reading of the name matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelKind {
+    /// A file or directory on this machine.
     Path,
+    /// A model in the local store (`$F5_HOME/models/<id>`).
     Local,
+    /// A file of a hub repository, now in the Hugging Face cache.
     Reference,
 }
 
+/// An F5 model's files on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedModel {
+    /// The checkpoint (`.safetensors` or `.pt`).
     pub checkpoint: PathBuf,
     /// `None` only when nothing was named and no `vocab.txt` sits beside a single checkpoint
     /// file (the caller may then fall back to the default vocabulary).
     pub vocab: Option<PathBuf>,
+    /// Which reading of the name found it.
     pub kind: ModelKind,
 }
 
+/// A vocoder's files on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedVocoder {
+    /// The weights (`pytorch_model.bin` or `.safetensors`).
     pub weights: PathBuf,
     /// `config.yaml` beside the weights when there is one.
     pub config: Option<PathBuf>,
+    /// Which reading of the name found it.
     pub kind: ModelKind,
 }
 
@@ -76,6 +87,7 @@ pub struct Entry {
     /// The name that resolves to it: the id, or `owner/repo/path` (plus `@commit` when no
     /// branch or tag points at that snapshot).
     pub name: String,
+    /// A local id or a cached reference.
     pub kind: ModelKind,
     /// The directory (local id) or the snapshot file (reference).
     pub path: PathBuf,
@@ -97,10 +109,14 @@ impl Entry {
 /// A file the hub fetched or confirmed for [`Hub::pull`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pulled {
+    /// What was asked for.
     pub reference: Reference,
+    /// Where it is in the cache now.
     pub path: PathBuf,
 }
 
+/// Resolves model names to files, fetching hub references into the shared cache. Blocking; cheap
+/// to share (`Send + Sync`).
 pub struct Hub {
     config: HubConfig,
     remote: Remote,
@@ -109,6 +125,7 @@ pub struct Hub {
 }
 
 impl Hub {
+    /// A hub with explicit settings (tests, or a program with its own configuration).
     pub fn new(config: HubConfig) -> Hub {
         Hub { remote: Remote::new(&config), config, progress: None, allow_paths: true }
     }
@@ -131,6 +148,7 @@ impl Hub {
         self
     }
 
+    /// The settings in use (the cache and store directories, the endpoint, offline mode).
     pub fn config(&self) -> &HubConfig {
         &self.config
     }

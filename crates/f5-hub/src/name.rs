@@ -36,7 +36,9 @@ pub(crate) fn id_problem(id: &str) -> Option<String> {
 /// A file (or, for vocoders, a whole repository) on a Hugging Face Hub.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Reference {
+    /// The user or organisation.
     pub owner: String,
+    /// The repository's name.
     pub repo: String,
     /// Path inside the repository, `/`-separated; empty when the reference names the repository.
     pub path: String,

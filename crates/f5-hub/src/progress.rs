@@ -5,11 +5,28 @@ use std::sync::Arc;
 pub enum Progress<'a> {
     /// A transfer begins. `resumed_from` bytes were already on disk from an earlier attempt;
     /// `total` is the whole file's size when the hub said it.
-    Start { file: &'a str, total: Option<u64>, resumed_from: u64 },
+    Start {
+        /// The file's name as the user would recognise it (`owner/repo/path`).
+        file: &'a str,
+        /// Its size, when known.
+        total: Option<u64>,
+        /// Bytes already on disk.
+        resumed_from: u64,
+    },
     /// `done` bytes of the file are on disk now (including any resumed part).
-    Advance { file: &'a str, done: u64, total: Option<u64> },
+    Advance {
+        /// The file.
+        file: &'a str,
+        /// Bytes on disk.
+        done: u64,
+        /// Its size, when known.
+        total: Option<u64>,
+    },
     /// The transfer completed; the file is checked and moved into the cache next.
-    Finish { file: &'a str },
+    Finish {
+        /// The file.
+        file: &'a str,
+    },
 }
 
 /// A progress callback, shared with every download the hub makes.

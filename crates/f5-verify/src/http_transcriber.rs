@@ -26,6 +26,7 @@ const QUOTED_BODY_CHARS: usize = 200;
 
 /// Settings of a [`Transcriber`]; [`TranscriberConfig::new`] gives the defaults.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct TranscriberConfig {
     /// `host:port`, or a base URL such as `http://host:port` or `http://host:port/asr`;
     /// `/inference` is appended. Plain HTTP only.
@@ -46,6 +47,31 @@ pub struct TranscriberConfig {
 }
 
 impl TranscriberConfig {
+    /// Sets the time allowed to open the connection.
+    #[must_use]
+    pub fn with_connect_timeout(mut self, value: Duration) -> Self {
+        self.connect_timeout = value;
+        self
+    }
+    /// Sets the time allowed for a whole request.
+    #[must_use]
+    pub fn with_timeout(mut self, value: Duration) -> Self {
+        self.timeout = value;
+        self
+    }
+    /// Sets how many more times an unanswered request is sent.
+    #[must_use]
+    pub fn with_retries(mut self, value: u32) -> Self {
+        self.retries = value;
+        self
+    }
+    /// Sets the wait before the first resend (doubled for each further one).
+    #[must_use]
+    pub fn with_backoff(mut self, value: Duration) -> Self {
+        self.backoff = value;
+        self
+    }
+
     /// Defaults for the transcriber at `address`.
     pub fn new(address: impl Into<String>, language: Option<String>) -> Self {
         Self {

@@ -216,14 +216,17 @@ impl StreamEncoder {
         Ok(Self { format, sample_rate, channels, codec, frames_in: 0, finished: false, pcm: Vec::new() })
     }
 
+    /// The format this encoder writes.
     pub fn format(&self) -> AudioFormat {
         self.format
     }
 
+    /// The rate it encodes at (samples are not resampled).
     pub fn sample_rate(&self) -> u32 {
         self.sample_rate
     }
 
+    /// Channels per frame of the interleaved input.
     pub fn channels(&self) -> u16 {
         self.channels
     }

@@ -48,7 +48,9 @@ pub enum WeightPrecision {
 
 /// Options of [`CudaBackend::with_options`].
 #[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
 pub struct CudaOptions {
+    /// How GEMM weights are kept on the device.
     pub weights: WeightPrecision,
 }
 
@@ -220,6 +222,7 @@ impl CudaBackend {
         })
     }
 
+    /// The options this backend was opened with.
     pub fn options(&self) -> CudaOptions {
         self.options
     }
@@ -417,6 +420,7 @@ pub struct CudaGraph {
 }
 
 impl CudaGraph {
+    /// Runs the captured work again on the backend's stream, with one launch.
     pub fn replay(&self) -> Result<()> {
         // A replay is plain stream work: it needs no gate (it records nothing).
         self.graph.launch().map_err(dev_err("graph launch"))
