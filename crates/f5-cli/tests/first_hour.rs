@@ -452,3 +452,54 @@ fn a_missing_reference_transcript_is_transcribed_and_shown() {
     let first = whisper.requests().into_iter().next().expect("the reference was sent to the transcriber");
     assert!(matches!(first.wav, Some(Ok(ref w)) if w.rate == 24_000), "{first:?}");
 }
+
+/// The README's command on the fixtures runs as written (the program is this build's `f5`, the
+/// README's `./target/release/f5`), from a directory where `fixtures/` is the repository's.
+#[test]
+fn the_readme_fixture_command_runs_as_written() {
+    let readme = std::fs::read_to_string(fixtures().join("../README.md")).unwrap();
+    let block = readme
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .find(|b| b.contains("fixtures/models/f5-tiny-v1"))
+        .expect("a ```sh block with the fixture command in the README");
+    let command = block.replace("\\\n", " ");
+    let words: Vec<String> = shell_words(command.trim());
+    assert_eq!(words.first().map(String::as_str), Some("./target/release/f5"), "{words:?}");
+    let output = words.windows(2).find(|w| w[0] == "-o").map(|w| w[1].clone()).expect("an -o in the README's command");
+    let dir = scratch("readme");
+    std::os::unix::fs::symlink(fixtures().canonicalize().unwrap(), dir.join("fixtures")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_f5"))
+        .args(&words[1..])
+        .current_dir(&dir)
+        .env("F5_HOME", dir.join("f5"))
+        .env("HF_HOME", dir.join("hf"))
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let wav = hound::WavReader::open(dir.join(&output)).unwrap();
+    assert_eq!(wav.spec().sample_rate, 24_000);
+    assert!(wav.len() > 24_000, "{} samples", wav.len());
+}
+
+/// The words of a command line: spaces split, double quotes group (what the README uses).
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quoted) = (Vec::new(), String::new(), false);
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}

@@ -570,18 +570,25 @@ async fn add_voice(State(state): State<Shared>, req: Request) -> Result<(StatusC
         }
     }
     let id = id.ok_or_else(|| ApiError::bad("the field \"id\" is missing"))?;
-    let transcript = transcript.ok_or_else(|| ApiError::bad("the field \"transcript\" is missing"))?;
+    // Without a transcript a configured transcriber hears the recording.
+    let transcript = match (transcript, &state.config.transcriber) {
+        (Some(t), _) => Some(t),
+        (None, Some(_)) => None,
+        (None, None) => return Err(ApiError::bad("the field \"transcript\" is missing")),
+    };
     let audio = audio.ok_or_else(|| ApiError::bad("the file field \"audio\" is missing"))?;
     check_voice_id(&id)?;
-    if transcript.trim().is_empty() {
-        return Err(ApiError::bad("the transcript is empty: give the words spoken in the recording"));
-    }
-    if transcript.len() > f5_synth::store::MAX_TRANSCRIPT_BYTES {
-        return Err(ApiError::bad(format!(
-            "the transcript is {} bytes; the limit is {}",
-            transcript.len(),
-            f5_synth::store::MAX_TRANSCRIPT_BYTES
-        )));
+    if let Some(transcript) = &transcript {
+        if transcript.trim().is_empty() {
+            return Err(ApiError::bad("the transcript is empty: give the words spoken in the recording"));
+        }
+        if transcript.len() > f5_synth::store::MAX_TRANSCRIPT_BYTES {
+            return Err(ApiError::bad(format!(
+                "the transcript is {} bytes; the limit is {}",
+                transcript.len(),
+                f5_synth::store::MAX_TRANSCRIPT_BYTES
+            )));
+        }
     }
     let extension = extension.unwrap_or("wav");
     let store = state.store.clone();
@@ -590,19 +597,30 @@ async fn add_voice(State(state): State<Shared>, req: Request) -> Result<(StatusC
     // it makes a usable voice before anything is written. A recording whose speech the ≤ 12 s
     // rule cuts is refused by it, unless a transcriber can give the kept part its transcript.
     let (entry, clipped) = tokio::task::spawn_blocking(move || {
-        let kept = match &transcriber {
-            Some((addr, language)) => transcribe_kept_part(&audio, extension, &transcript, addr, language.clone())?,
+        let heard = match &transcriber {
+            Some((addr, language)) => transcribe_kept_part(&audio, extension, transcript.as_deref(), addr, language.clone())?,
             None => None,
         };
-        Ok::<_, ApiError>(match kept {
-            Some(k) => (store.add(&id, &k.transcript, &k.wav, "wav", replace)?, Some(k.clipped)),
-            None => (store.add(&id, &transcript, &audio, extension, replace)?, None),
+        Ok::<_, ApiError>(match (heard, transcript) {
+            (Some(h), _) => {
+                let (bytes, ext) = match &h.kept_wav {
+                    Some(wav) => (wav.as_slice(), "wav"),
+                    None => (&audio[..], extension),
+                };
+                (store.add(&id, &h.transcript, bytes, ext, replace)?, Some((h.clipped, true)))
+            }
+            (None, Some(t)) => (store.add(&id, &t, &audio, extension, replace)?, None),
+            // Not decodable or too short to prepare: the store says why.
+            (None, None) => (store.add(&id, "…", &audio, extension, replace)?, None),
         })
     })
     .await
     .map_err(join_error)??;
     let mut answer = json!({ "id": entry.id, "transcript": entry.transcript });
-    if let Some(c) = clipped {
+    if clipped.is_some() {
+        answer["transcribed"] = json!(true);
+    }
+    if let Some(c) = clipped.and_then(|(c, _)| c) {
         answer["clipped"] = json!({
             "message": format!("{}; the transcript is what the transcriber heard in the kept part", c.describe()),
             "speech_seconds": c.speech_seconds, "kept_seconds": c.kept_seconds,
@@ -611,43 +629,57 @@ async fn add_voice(State(state): State<Shared>, req: Request) -> Result<(StatusC
     Ok((StatusCode::CREATED, Json(answer)))
 }
 
-/// The kept part of a recording the ≤ 12 s rule cut, as a wav, with its transcript.
-struct KeptPart {
-    wav: Vec<u8>,
+/// What a transcriber heard in an upload: the transcript, and for a recording the ≤ 12 s rule
+/// cut, the kept part as a wav to store instead.
+struct Heard {
     transcript: String,
-    clipped: f5_synth::Clipped,
+    kept_wav: Option<Vec<u8>>,
+    clipped: Option<f5_synth::Clipped>,
 }
 
-/// `None` when the recording is whole (it is stored as sent); else its kept part, transcribed.
-/// The kept part is stored instead of the recording, so the stored voice and its transcript
-/// match; its last 50 ms (the silence the clip appends) are left off so that clipping it again
-/// keeps all of it.
+/// `None` when the transcriber is not needed: a transcript was given and the recording is
+/// whole (it is stored as sent), or the recording is unusable (the store then says why). Else
+/// what the transcriber heard in the part that is kept. A cut recording's kept part is stored
+/// instead of it, so the stored voice and its transcript match; its last 50 ms (the silence the
+/// clip appends) are left off so that clipping it again keeps all of it.
 fn transcribe_kept_part(
     audio: &[u8],
     extension: &str,
-    transcript: &str,
+    transcript: Option<&str>,
     addr: &str,
     language: Option<String>,
-) -> Result<Option<KeptPart>, ApiError> {
+) -> Result<Option<Heard>, ApiError> {
     let limit = f5_audio::decode::DecodeLimit::REFERENCE;
     let Ok(decoded) = f5_audio::decode::decode_bytes_limited(audio, "the recording", Some(extension), limit) else {
-        return Ok(None); // The store says what is wrong with it.
+        return Ok(None);
     };
-    let Ok(voice) = f5_synth::Voice::prepare(&decoded.audio, transcript, f5_audio::level::TARGET_RMS) else { return Ok(None) };
-    let Some(clipped) = voice.clipped else { return Ok(None) };
-    let unusable = |m: String| ApiError::bad(format!("{}; {m}", clipped.describe()));
+    // A placeholder stands in for a missing transcript until the transcriber's replaces it.
+    let Ok(voice) = f5_synth::Voice::prepare(&decoded.audio, transcript.unwrap_or("…"), f5_audio::level::TARGET_RMS) else {
+        return Ok(None);
+    };
+    if transcript.is_some() && voice.clipped.is_none() {
+        return Ok(None);
+    }
+    let clipped = voice.clipped;
+    let said = clipped.map(|c| format!("{}; ", c.describe())).unwrap_or_default();
+    let unusable = |m: String| ApiError::bad(format!("{said}{m}"));
     let transcriber = f5_verify::Transcriber::new(addr, language).map_err(|e| unusable(format!("the transcriber {addr}: {e}")))?;
     let heard = f5_verify::Transcribe::transcribe(&transcriber, &voice.wave, 24_000)
         .map_err(|e| unusable(format!("the transcriber {addr}: {e}")))?
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            unusable(format!("the transcriber {addr} gave no transcript of the kept part: trim the recording to 3–12 s of speech"))
-        })?;
-    let keep = voice.wave.len().saturating_sub(24_000 / 20);
-    let wav =
-        f5_verify::wav_bytes(&voice.wave[..keep], 24_000).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    Ok(Some(KeptPart { wav, transcript: heard, clipped }))
+        .ok_or_else(|| unusable(format!("the transcriber {addr} gave no transcript: send the transcript (of 3–12 s of speech)")))?;
+    let kept_wav = match clipped {
+        Some(_) => {
+            let keep = voice.wave.len().saturating_sub(24_000 / 20);
+            Some(
+                f5_verify::wav_bytes(&voice.wave[..keep], 24_000)
+                    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?,
+            )
+        }
+        None => None,
+    };
+    Ok(Some(Heard { transcript: heard, kept_wav, clipped }))
 }
 
 /// The container of an upload, from its file name or else its content type.
