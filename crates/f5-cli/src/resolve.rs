@@ -215,7 +215,7 @@ pub fn model_files_with(
             if usage == Use::Command && vocoder.is_some() {
                 bail!("model {name:?} is a Kokoro model, which makes its own audio: --vocoder applies to F5 checkpoints only");
             }
-            let mut voices = f5_synth::KokoroVoices { dir: Some(k.voices_dir), allow_files: usage == Use::Command, ..Default::default() };
+            let mut voices = f5_synth::KokoroVoices::in_dir(k.voices_dir).with_allow_files(usage == Use::Command);
             if let Some(repo) = k.repo {
                 let hub = hub.clone();
                 voices.fetch = Some(Arc::new(move |voice: &str| hub.fetch_voice(&repo, voice).map_err(|e| e.to_string())));

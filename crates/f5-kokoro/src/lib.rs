@@ -66,7 +66,9 @@ pub enum KokoroError {
 /// implementation computed it — for feeding the generator the reference's own excitation in a
 /// parity test. (Frames 0 and last of an STFT with reflect padding are exactly real, so their
 /// negative bins sit on the ±π branch cut, where the sign of an FFT's rounding noise decides the
-/// phase; a network fed one side or the other diverges from there.)
+/// phase; a network fed one side or the other diverges from there.) For parity tests only:
+/// hidden from the documented API.
+#[doc(hidden)]
 pub struct SourceSpectrum {
     /// Magnitudes, `[frames, n_fft/2 + 1]`.
     pub magnitude: Vec<f32>,

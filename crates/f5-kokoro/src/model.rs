@@ -201,7 +201,9 @@ impl<B: Backend> Kokoro<B> {
         self.decode_inner(aligned, style, seed, None, trace)
     }
 
-    /// [`Kokoro::decode`] with the source's spectrum given instead of generated from F0.
+    /// [`Kokoro::decode`] with the source's spectrum given instead of generated from F0 (parity
+    /// tests only: hidden from the documented API).
+    #[doc(hidden)]
     pub fn decode_with_spectrum(
         &self,
         aligned: &Aligned<B>,

@@ -15,8 +15,11 @@ use crate::SynthError;
 /// not have it, `Err` with a readable reason when it could not be fetched.
 pub type VoiceFetcher = Arc<dyn Fn(&str) -> Result<Option<PathBuf>, String> + Send + Sync>;
 
-/// Where a Kokoro model's voice packs are.
+/// Where a Kokoro model's voice packs are. Built with [`KokoroVoices::in_model_dir`] or
+/// [`KokoroVoices::in_dir`] and the `with_*` setters (new sources can then be added without
+/// breaking callers).
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub struct KokoroVoices {
     /// The directory of `NAME.pt` / `NAME.bin` packs (`voices/` of the release layout).
     pub dir: Option<PathBuf>,
@@ -37,7 +40,25 @@ impl std::fmt::Debug for KokoroVoices {
 impl KokoroVoices {
     /// The voices of a model directory: `DIR/voices/`.
     pub fn in_model_dir(dir: &Path) -> Self {
-        KokoroVoices { dir: Some(dir.join("voices")), ..Default::default() }
+        Self::in_dir(dir.join("voices"))
+    }
+
+    /// The voices of a directory of packs (a hub snapshot's `voices/`, wherever it lies).
+    pub fn in_dir(voices: PathBuf) -> Self {
+        KokoroVoices { dir: Some(voices), ..Default::default() }
+    }
+
+    /// Whether a voice may also be a file path (see [`KokoroVoices::allow_files`]).
+    pub fn with_allow_files(mut self, allow: bool) -> Self {
+        self.allow_files = allow;
+        self
+    }
+
+    /// Where packs the directory lacks come from, and the names that source can provide.
+    pub fn with_fetcher(mut self, fetch: VoiceFetcher, known: Vec<String>) -> Self {
+        self.fetch = Some(fetch);
+        self.known = known;
+        self
     }
 
     /// Every voice name this source has, sorted: the directory's packs and the known names.
