@@ -2,14 +2,13 @@
 //! make the same bytes as one unsharded run; a killed run resumes without redoing finished
 //! lines; bad job files fail before anything loads, naming the line.
 
+mod common;
+
+use common::{add_birch, fixtures};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
 
 /// The small Kokoro model in the release layout (named voices af_heart and am_mirror).
 const KOKORO: [&str; 2] = ["-m", "kokoro/release-small"];
@@ -248,13 +247,7 @@ fn bad_job_files_fail_before_loading_naming_the_line() {
 fn f5_lines_clone_from_a_recording_or_the_store() {
     let dir = tmp("f5");
     let home = dir.join("home");
-    let added = Command::new(env!("CARGO_BIN_EXE_f5"))
-        .args(["voices", "add", "birch", "audio/ref_22050.wav", "--transcript", "The birch canoe slid on the smooth planks."])
-        .current_dir(fixtures())
-        .env("F5_HOME", &home)
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    add_birch(&home);
     let jobs = dir.join("jobs.jsonl");
     let line = |id: &str, voice: &str| format!(r#"{{"id": "{id}", "text": "Hello there.", {voice}"options": {{"seed": 4, "nfe": 4}}}}"#);
     std::fs::write(

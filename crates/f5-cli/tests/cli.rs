@@ -1,11 +1,10 @@
 //! The `f5` binary end to end on the fixtures: what a user types, what they get back.
 
+mod common;
+
+use common::{add_birch, fixtures};
 use std::path::PathBuf;
 use std::process::Command;
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
 
 fn f5(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_f5")).args(args).current_dir(fixtures()).output().expect("run f5");
@@ -673,13 +672,7 @@ fn serve_drains_on_sigterm() {
         s
     };
     // A voice for the request, added to the store the server reads.
-    let added = Command::new(env!("CARGO_BIN_EXE_f5"))
-        .args(["voices", "add", "birch", "audio/ref_22050.wav", "--transcript", "The birch canoe slid on the smooth planks."])
-        .current_dir(fixtures())
-        .env("F5_HOME", &home)
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    add_birch(&home);
     let text = "The quick brown fox jumps over the lazy dog. ".repeat(6);
     let mut job = request("/tts", &format!(r#"{{"voice": "birch", "text": "{text}", "nfe": 4, "seed": 1}}"#));
     // Wait until the server is answering it: two requests in flight, this scrape and the job.

@@ -3,14 +3,12 @@
 //! connection, and the server exits 0 soon after. A job that finishes within the time is
 //! answered in full.
 
+mod common;
+
+use common::{add_birch, fixtures};
 use std::io::{BufRead, Read, Write};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
 
 /// The tiny random-weight F5 model, its vocabulary and vocoder.
 const TINY: [&str; 6] = ["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tiny"];
@@ -33,13 +31,7 @@ impl Drop for Served {
 fn serve(name: &str, extra: &[&str]) -> Served {
     let home = std::env::temp_dir().join(format!("f5-drain-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
-    let added = Command::new(env!("CARGO_BIN_EXE_f5"))
-        .args(["voices", "add", "birch", "audio/ref_22050.wav", "--transcript", "The birch canoe slid on the smooth planks."])
-        .current_dir(fixtures())
-        .env("F5_HOME", &home)
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    add_birch(&home);
     let mut child = Command::new(env!("CARGO_BIN_EXE_f5"))
         .args([&["serve"][..], &TINY[..], &["--addr", "127.0.0.1:0", "--threads", "1", "--log-format", "off"][..], extra].concat())
         .current_dir(fixtures())

@@ -6,6 +6,9 @@
 //!
 //! Needs the `haproxy` binary (.ci/run installs it); without it the test says so and skips.
 
+mod common;
+
+use common::{add_birch, fixtures};
 use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
@@ -13,10 +16,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
 
 const TINY: [&str; 6] = ["-m", "models/f5-tiny-v1", "--vocab", "vocab.txt", "--vocoder", "models/vocos-tiny"];
 
@@ -75,13 +74,7 @@ fn store_with_birch(name: &str) -> (PathBuf, PathBuf) {
     let dir = std::env::temp_dir().join(format!("f5-replicas-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let added = Command::new(env!("CARGO_BIN_EXE_f5"))
-        .args(["voices", "add", "birch", "audio/ref_22050.wav", "--transcript", "The birch canoe slid on the smooth planks."])
-        .current_dir(fixtures())
-        .env("F5_HOME", &dir)
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    add_birch(&dir);
     let voices = dir.join("voices");
     (dir, voices)
 }
