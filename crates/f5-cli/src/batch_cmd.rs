@@ -30,6 +30,7 @@ use clap::Args;
 use f5_synth::{SpeakOptions, SpeechEngine, Voice, VoiceRef};
 use serde::Deserialize;
 
+use crate::model_args::{ModelArgs, RunArgs};
 use crate::{resolve, synth_cmd};
 
 #[derive(Args)]
@@ -46,33 +47,16 @@ pub struct BatchArgs {
     /// N workers with 0/N … N-1/N together do every line exactly once.
     #[arg(long, value_parser = parse_shard)]
     pub shard: Option<Shard>,
-    /// The model, as `f5 synth --model` takes it: a path, local id or hub reference.
-    #[arg(long, short = 'm', default_value = resolve::DEFAULT_MODEL)]
-    pub model: String,
-    /// F5: the checkpoint's vocab.txt (default: beside it).
-    #[arg(long)]
-    pub vocab: Option<String>,
-    /// F5: the Vocos vocoder (default charactr/vocos-mel-24khz).
-    #[arg(long)]
-    pub vocoder: Option<String>,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// The voice of lines that name none (Kokoro default af_heart; F5: a store id or directory).
     #[arg(long)]
     pub voice: Option<String>,
-    /// CPU threads (default: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// Where the model runs: cpu, or cuda / cuda:N on a build with the `cuda` feature.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// GEMM weight precision: f32 or bf16.
-    #[arg(long, default_value = "f32")]
-    pub precision: String,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// No progress bar and no progress lines (errors and the summary still go to stderr).
     #[arg(long, short = 'q')]
     pub quiet: bool,
-    /// The settings file's vocoder (for F5 models; see `--config`).
-    #[arg(skip)]
-    pub default_vocoder: Option<String>,
 }
 
 /// Which part of the job file one worker does.
@@ -391,7 +375,7 @@ fn run_one(engine: &dyn SpeechEngine, voices: &mut Voices, args: &BatchArgs, u: 
         "text": job.text,
         "voice": job.voice.as_deref().or(args.voice.as_deref()),
         "ref": job.reference,
-        "model": args.model,
+        "model": args.model.name,
         "family": engine.info().family,
         "options": set_options(&job.options)?,
         "seed": audio.seed,
@@ -423,14 +407,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
     let mut failed: Vec<String> = Vec::new();
     if !todo.is_empty() {
         let hub = Arc::new(resolve::hub(args.quiet));
-        let vocoder = resolve::VocoderChoice { given: args.vocoder.as_deref(), default: args.default_vocoder.as_deref() };
-        let files = resolve::model_files_with(&hub, &args.model, args.vocab.as_deref(), vocoder, resolve::Use::Command).map_err(|e| {
-            if args.model == resolve::DEFAULT_MODEL {
-                resolve::default_model_hint(e)
-            } else {
-                e
-            }
-        })?;
+        let files = args.model.files(&hub)?;
         // Named voices are checked before the model loads: a typo fails at once, naming its line.
         if !files.clones_from_recording() {
             for u in &todo {
@@ -440,9 +417,7 @@ pub fn run(args: BatchArgs) -> Result<()> {
                 }
             }
         }
-        let device = f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)?;
-        let threads = crate::limits::clamp_threads(args.threads);
-        let engine = f5_synth::open_engine(&files, f5_synth::DeviceOptions::new(device, threads))?;
+        let engine = args.run.open(&files)?;
         let engine: &dyn SpeechEngine = &*engine;
         let mut voices = Voices { recordings: HashMap::new() };
         for (k, u) in todo.iter().enumerate() {

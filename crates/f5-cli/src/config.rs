@@ -112,24 +112,24 @@ impl Config {
         match &mut cli.command {
             Command::Synth(a) => {
                 if let Some(m) = matches.subcommand_matches("synth") {
-                    set(&mut a.model, m, "model", &self.model);
-                    set(&mut a.device, m, "device", &self.device);
-                    set(&mut a.precision, m, "precision", &self.precision);
+                    set(&mut a.model.name, m, "model", &self.model);
+                    set(&mut a.run.device, m, "device", &self.device);
+                    set(&mut a.run.precision, m, "precision", &self.precision);
                 }
                 // The file's vocoder is a default for F5 models; it is no mistake when the model
                 // turns out to be Kokoro (an explicit --vocoder then is).
-                a.default_vocoder = self.vocoder.clone();
+                a.model.default_vocoder = self.vocoder.clone();
                 if a.voice.is_none() && a.reference.is_none() {
                     a.voice = self.voice.clone();
                 }
             }
             Command::Batch(a) => {
                 if let Some(m) = matches.subcommand_matches("batch") {
-                    set(&mut a.model, m, "model", &self.model);
-                    set(&mut a.device, m, "device", &self.device);
-                    set(&mut a.precision, m, "precision", &self.precision);
+                    set(&mut a.model.name, m, "model", &self.model);
+                    set(&mut a.run.device, m, "device", &self.device);
+                    set(&mut a.run.precision, m, "precision", &self.precision);
                 }
-                a.default_vocoder = self.vocoder.clone();
+                a.model.default_vocoder = self.vocoder.clone();
                 if a.voice.is_none() {
                     a.voice = self.voice.clone();
                 }

@@ -5,6 +5,7 @@ mod batch_cmd;
 mod chunks_cmd;
 mod config;
 mod limits;
+mod model_args;
 mod npy;
 mod phonemes_cmd;
 mod resolve;

@@ -11,26 +11,13 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use f5_synth::{ModelFiles, Progress, SpeakOptions, SpeechEngine, Voice, VoiceRef};
 
+use crate::model_args::{ModelArgs, RunArgs};
 use crate::{npy, resolve};
 
 #[derive(Args)]
 pub struct SynthArgs {
-    /// The model: a directory or checkpoint file, a local id ($F5_HOME/models/ID), or a hub
-    /// reference, fetched once into the Hugging Face cache. The family is told from the files:
-    /// a Kokoro release (hexgrad/Kokoro-82M, the default; kokoro-v1_0.pth + config.json + voices/)
-    /// or an F5-TTS checkpoint (e.g. SWivid/F5-TTS/F5TTS_v1_Base/model_1250000.safetensors).
-    #[arg(long, short = 'm', default_value = resolve::DEFAULT_MODEL)]
-    pub model: String,
-    /// F5: the vocab.txt of the checkpoint (default: vocab.txt beside it, in the same directory or repo).
-    #[arg(long)]
-    pub vocab: Option<String>,
-    /// F5: the Vocos vocoder: a directory or weights file, a local id, or a hub repo
-    /// (default charactr/vocos-mel-24khz).
-    #[arg(long)]
-    pub vocoder: Option<String>,
-    /// The settings file's vocoder: used for F5 models when --vocoder is not given.
-    #[arg(skip)]
-    pub default_vocoder: Option<String>,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// The voice. Kokoro: a voice name (af_heart, the default; am_adam, bf_emma, …), a voice
     /// file (.pt, .bin), or a weighted mix such as `af_bella(2)+af_sky`. F5: an id in the voice
     /// store (`f5 voices list`), or a directory with reference.wav (or .mp3/.flac/.ogg) and
@@ -144,15 +131,8 @@ pub struct SynthArgs {
     /// Listen back: the highest word error rate (0–1) a chunk may have.
     #[arg(long = "max-wer", default_value_t = 0.3)]
     pub max_wer: f64,
-    /// CPU threads (default: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// Where the model runs: cpu, or cuda / cuda:N on a build with the `cuda` feature.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// GEMM weight precision: f32, or bf16 (bf16 products, f32 accumulation; on the CPU it needs AVX-512 BF16).
-    #[arg(long, default_value = "f32")]
-    pub precision: String,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// No progress bar.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -319,18 +299,9 @@ pub fn run(args: SynthArgs) -> Result<()> {
         check_spectrogram_path(p)?;
     }
     let hub = Arc::new(resolve::hub(args.quiet));
-    let vocoder = resolve::VocoderChoice { given: args.vocoder.as_deref(), default: args.default_vocoder.as_deref() };
-    let files = resolve::model_files_with(&hub, &args.model, args.vocab.as_deref(), vocoder, resolve::Use::Command).map_err(|e| {
-        if args.model == resolve::DEFAULT_MODEL {
-            resolve::default_model_hint(e)
-        } else {
-            e
-        }
-    })?;
+    let files = args.model.files(&hub)?;
     let started = Instant::now();
-    let device = f5_gpukit::DeviceChoice::parse(&args.device, &args.precision)?;
-    let threads = crate::limits::clamp_threads(args.threads);
-    let mut engine = f5_synth::open_engine(&files, f5_synth::DeviceOptions::new(device, threads))?;
+    let mut engine = args.run.open(&files)?;
     if !args.quiet {
         eprintln!("model: {}", engine.describe());
     }
@@ -791,9 +762,9 @@ fn write_report(
     }
     let chunks: Vec<_> = chunks.iter().map(chunk_json).collect();
     let mut report = serde_json::json!({
-        "model": args.model,
+        "model": args.model.name,
         "family": run.family,
-        "vocoder": args.vocoder,
+        "vocoder": args.model.vocoder,
         "voice": args.voice,
         "options": {"nfe": opts.nfe, "cfg": opts.cfg, "sway": opts.sway, "speed": opts.speed, "cross_fade": opts.cross_fade, "fix_duration": opts.fix_duration, "short_fix": opts.short_fix, "lang": opts.lang, "phonemes": opts.phonemes, "split_on_fail": opts.split_on_fail},
         "seed": run.seed,
