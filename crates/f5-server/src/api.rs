@@ -314,15 +314,25 @@ async fn read_body_capped(mut body: axum::body::Body, limit: usize, drain_limit:
 /// state-changing request (anything but GET/HEAD/OPTIONS) whose `Origin` is neither this server
 /// (`http(s)://` + its `Host`) nor one given with `--allow-origin` is refused. Clients that are
 /// not browsers send no `Origin` and are not affected.
+/// An early refusal, answered after reading the request's body (up to the largest body the
+/// server accepts anywhere): a server that answers and closes while a client is still sending
+/// makes the client see a broken connection instead of the answer (hyper's IncompleteMessage,
+/// a browser's network error). A larger body is not read; the answer goes out regardless.
+async fn refuse(state: &Shared, req: Request, error: ApiError) -> Response {
+    let most = upload_form_limit(&state.config).max(state.config.max_json_bytes);
+    let _ = axum::body::to_bytes(req.into_body(), most).await;
+    error.into_response()
+}
+
 async fn same_site_only(State(state): State<Shared>, req: Request, next: Next) -> Response {
     let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default().to_string();
     if state.config.token.is_none() && !host.is_empty() && !host_allowed(&host, &state.config.allowed_hosts) {
         let shown: String = host.chars().take(80).collect();
-        return ApiError::new(
+        let error = ApiError::new(
             StatusCode::MISDIRECTED_REQUEST,
             format!("this server does not answer to the host name {shown:?}; start it with --allowed-host NAME or --token"),
-        )
-        .into_response();
+        );
+        return refuse(&state, req, error).await;
     }
     let changes_state = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if changes_state {
@@ -336,11 +346,11 @@ async fn same_site_only(State(state): State<Shared>, req: Request, next: Next) -
             let allowed = state.config.allowed_origins.iter().any(|a| a.trim_end_matches('/').eq_ignore_ascii_case(origin));
             if !(own || allowed) {
                 let shown: String = origin.chars().take(80).collect();
-                return ApiError::new(
+                let error = ApiError::new(
                     StatusCode::FORBIDDEN,
                     format!("requests from the web page at {shown:?} may not change anything here; start the server with --allow-origin to permit it"),
-                )
-                .into_response();
+                );
+                return refuse(&state, req, error).await;
             }
         }
     }
@@ -381,7 +391,7 @@ async fn require_token(State(state): State<Shared>, req: Request, next: Next) ->
     if open || header_token_matches(req.headers(), token) {
         return next.run(req).await;
     }
-    ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response()
+    refuse(&state, req, ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")).await
 }
 
 fn header_token_matches(headers: &HeaderMap, token: &str) -> bool {
