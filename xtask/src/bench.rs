@@ -25,6 +25,8 @@ struct Opts {
     /// `bench synth` only: step counts and runs per side.
     nfes: Vec<usize>,
     runs: usize,
+    /// `bench synth` only: f5's precisions, each run against the same reference runs.
+    precisions: Vec<String>,
     /// `bench kokoro` only: the release-layout checkpoint.
     model: Option<std::path::PathBuf>,
 }
@@ -37,6 +39,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         write: true,
         nfes: vec![16, 32],
         runs: 3,
+        precisions: vec!["f32".to_string()],
         model: None,
     };
     let mut it = args.iter().skip(1);
@@ -48,6 +51,10 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             "--nfe" => {
                 let list = it.next().context("--nfe needs a list such as 16,32")?;
                 opts.nfes = list.split(',').map(|x| x.trim().parse::<usize>()).collect::<Result<_, _>>().context("--nfe")?;
+            }
+            "--precision" => {
+                let list = it.next().context("--precision needs a list such as f32,bf16")?;
+                opts.precisions = list.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect();
             }
             "--runs" => opts.runs = it.next().context("--runs needs a number")?.parse()?,
             "--model" => opts.model = Some(it.next().context("--model needs a path")?.into()),
@@ -79,10 +86,16 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         ),
         Some("synth") => crate::bench_synth::run(
             root,
-            &crate::bench_synth::SynthOpts { threads: opts.threads, nfes: opts.nfes.clone(), runs: opts.runs.max(1), write: opts.write },
+            &crate::bench_synth::SynthOpts {
+                threads: opts.threads,
+                nfes: opts.nfes.clone(),
+                precisions: opts.precisions.clone(),
+                runs: opts.runs.max(1),
+                write: opts.write,
+            },
         ),
         _ => {
-            bail!("usage: cargo xtask bench kit|dit|vocos|text|synth|kokoro|kokoro-process [--threads N] [--min-seconds S] [--nfe 16,32] [--runs 3] [--model PATH] [--no-write]")
+            bail!("usage: cargo xtask bench kit|dit|vocos|text|synth|kokoro|kokoro-process [--threads N] [--min-seconds S] [--nfe 16,32] [--precision f32,bf16] [--runs 3] [--model PATH] [--no-write]")
         }
     }
 }

@@ -48,7 +48,7 @@ commands:
                                 writes the table into docs/benchmarks.md unless --no-write
   bench dit|vocos|text [--threads N] [--no-write]
                                 one DiT forward / a Vocos decode / the text front end vs the reference
-  bench synth [--threads N] [--nfe 16,32] [--runs 3] [--no-write]
+  bench synth [--threads N] [--nfe 16,32] [--precision f32,bf16] [--runs 3] [--no-write]
   bench kokoro [--threads N] [--model kokoro-v1_0.pth-layout file] [--no-write]
                                 Kokoro's forward and its new ops vs kokoro 0.9.4 / PyTorch
   bench kokoro-process [--threads N] [--runs 3] [--model DIR] [--no-write]
