@@ -123,7 +123,7 @@ fn query_block(cpu: Avx512Bf16, spec: &AttentionSpec, q_blk: &[f32], kp: &[u32],
         let mut inv_sum = [0.0f32; QUERY_BLOCK];
         for ((row, inv), dst) in scores.chunks_mut(n).zip(inv_sum.iter_mut()).zip(pa.chunks_mut(np)) {
             let m = simd::max(row);
-            *inv = 1.0 / simd::exp_shift_sum(row, m);
+            *inv = 1.0 / simd::exp_shift_sum_lanes(row, m);
             round_pairs(cpu, row, dst);
         }
         for (cp, panel) in vp.chunks(np * PANEL).enumerate() {
@@ -364,7 +364,7 @@ pub(crate) fn reference_variant(spec: &AttentionSpec, q: &[f32], k: &[f32], v: &
             let m = e.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             let mut z = 0.0f32;
             for ej in e.iter_mut() {
-                *ej = simd::exp(*ej - m);
+                *ej = simd::exp_lanes(*ej - m);
                 z += *ej;
             }
             let inv = if variant.unnormalised { 1.0 } else { 1.0 / z };
