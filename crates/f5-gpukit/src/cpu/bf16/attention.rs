@@ -20,8 +20,8 @@
 //!   `(v[2p, c], v[2p+1, c])`: pairs along the axis each product sums over, the operand layout
 //!   `vdpbf16ps` multiplies lane by lane.
 //! - The block's queries are rounded to bf16 pairs row by row (`[rows][head_dim/2]`), its scores
-//!   `[rows, n]` (f32, in L2) come from the [`ROWS`]×[`PANEL`] micro-kernel, each row gets its
-//!   max, exp and sum, and is rounded to bf16 pairs (`[rows][n/2]`), which the same micro-kernel
+//!   `[rows, n]` (f32, in L2) come from the [`ROWS`]×[`PANEL`] micro-kernel (each row's max
+//!   taken as they are stored), each row gets its exp and sum, and is rounded to bf16 pairs (`[rows][n/2]`), which the same micro-kernel
 //!   multiplies with the V panels into the output.
 //! - Odd head_dim or n is zero-padded in both packed operands of a product; rows and columns past
 //!   the shape are computed on padding and never stored.
@@ -39,10 +39,13 @@ use rayon::prelude::*;
 #[cfg(test)]
 use super::gemm::from_bf16;
 use super::gemm::{to_bf16, Avx512Bf16};
-use crate::cpu::attention::QUERY_BLOCK;
 use crate::cpu::scratch::with_scratch;
 use crate::cpu::simd;
 use crate::spec::AttentionSpec;
+
+/// Query rows per task, a whole number of strips. Its f32 scores and bf16 weights (6 bytes per
+/// key and row) stay within a 1 MiB L2 beside the packed K and V up to n ≈ 2000.
+pub(crate) const QUERY_BLOCK: usize = 16 * ROWS;
 
 /// Rows of the micro-kernel (query rows per strip).
 pub(crate) const ROWS: usize = 6;
@@ -108,21 +111,21 @@ fn query_block(cpu: Avx512Bf16, spec: &AttentionSpec, q_blk: &[f32], kp: &[u32],
             round_pairs(cpu, src, dst);
         }
         let mut tile = [[0.0f32; PANEL]; ROWS];
+        // Each row's max, taken while its scores are stored (one pass over the scores fewer).
+        let mut row_max = [f32::NEG_INFINITY; QUERY_BLOCK];
         for (jp, panel) in kp.chunks(dp * PANEL).enumerate() {
             let cols = (n - jp * PANEL).min(PANEL);
             for s in 0..strips {
                 micro_kernel(cpu, dp, &qa[s * ROWS * dp..(s + 1) * ROWS * dp], dp, panel, &mut tile);
                 for (r, acc) in tile.iter().enumerate().take(rows - (s * ROWS).min(rows)) {
                     let dst = &mut scores[(s * ROWS + r) * n + jp * PANEL..][..cols];
-                    for (o, &a) in dst.iter_mut().zip(acc) {
-                        *o = scale * a;
-                    }
+                    let m = scale_store_max(cpu, acc, scale, dst);
+                    row_max[s * ROWS + r] = row_max[s * ROWS + r].max(m);
                 }
             }
         }
         let mut inv_sum = [0.0f32; QUERY_BLOCK];
-        for ((row, inv), dst) in scores.chunks_mut(n).zip(inv_sum.iter_mut()).zip(pa.chunks_mut(np)) {
-            let m = simd::max(row);
+        for (((row, inv), dst), &m) in scores.chunks_mut(n).zip(inv_sum.iter_mut()).zip(pa.chunks_mut(np)).zip(&row_max) {
             *inv = 1.0 / simd::exp_shift_sum_lanes(row, m);
             round_pairs(cpu, row, dst);
         }
@@ -140,6 +143,26 @@ fn query_block(cpu: Avx512Bf16, spec: &AttentionSpec, q_blk: &[f32], kp: &[u32],
             }
         }
     });
+}
+
+/// `dst[c] = scale·acc[c]` for `c < dst.len()` (≤ [`PANEL`]), returning the largest.
+fn scale_store_max(cpu: Avx512Bf16, acc: &[f32; PANEL], scale: f32, dst: &mut [f32]) -> f32 {
+    assert!(dst.len() <= PANEL, "scale_store_max: more than a panel");
+    #[cfg(target_arch = "x86_64")]
+    if dst.len() == PANEL {
+        // SAFETY: `cpu` proves AVX-512 F; both hold PANEL floats.
+        return unsafe {
+            let _ = cpu;
+            x86::scale_store_max(acc, scale, dst)
+        };
+    }
+    let _ = cpu;
+    let mut m = f32::NEG_INFINITY;
+    for (o, &a) in dst.iter_mut().zip(acc) {
+        *o = scale * a;
+        m = m.max(*o);
+    }
+    m
 }
 
 /// `dst[p] = (bf(src[2p]), bf(src[2p+1]))` as one dword, the second half zero past an odd end.
@@ -267,6 +290,23 @@ mod x86 {
             }
         }
         round_pairs_tail(src, dst, 16 * full);
+    }
+
+    /// # Safety
+    /// AVX-512 F; `dst` holds `PANEL` floats.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn scale_store_max(acc: &[f32; PANEL], scale: f32, dst: &mut [f32]) -> f32 {
+        let s = _mm512_set1_ps(scale);
+        let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+        for v in 0..VECS {
+            // SAFETY: 16·v + 16 ≤ PANEL, the length of both.
+            unsafe {
+                let x = _mm512_mul_ps(s, _mm512_loadu_ps(acc.as_ptr().add(16 * v)));
+                _mm512_storeu_ps(dst.as_mut_ptr().add(16 * v), x);
+                m = _mm512_max_ps(m, x);
+            }
+        }
+        _mm512_reduce_max_ps(m)
     }
 
     /// # Safety

@@ -10,10 +10,9 @@
 //! so |kernel − reference| ≤ (4γ_n + 4·2⁻²⁴)·(Σ p·|v|)/z: a worst-case bound, tens of times
 //! below the effect of a kernel that skips a rounding (2⁻⁹ relative on a score or a weight).
 
-use super::attention::{attention, reference, reference_variant, round_pairs, Variant, PANEL, ROWS};
+use super::attention::{attention, reference, reference_variant, round_pairs, Variant, PANEL, QUERY_BLOCK, ROWS};
 use super::gemm::{to_bf16, Avx512Bf16};
 use super::CpuBf16Backend;
-use crate::cpu::attention::QUERY_BLOCK;
 use crate::spec::AttentionSpec;
 use crate::Backend;
 
@@ -56,7 +55,7 @@ fn kernel_or_skip(test: &str) -> Option<Avx512Bf16> {
 
 /// (batch·heads, n, head_dim, scale) around the tiles: one key; n and head_dim below, at and
 /// past the panel (64) and strip (6) sizes, odd head_dims, several query blocks with a partial
-/// last one (n = 300: 128 + 128 + 44), the F5 head width.
+/// last one (n = 300: three blocks of 96 and 12 rows), the F5 head width.
 fn shapes() -> Vec<(usize, usize, usize, f32)> {
     let shapes = vec![
         (1, 1, 1, 1.0),
@@ -70,7 +69,7 @@ fn shapes() -> Vec<(usize, usize, usize, f32)> {
         (1, 300, 33, 1.0 / 33f32.sqrt()),
         (2, 129, 128, 0.125),
     ];
-    const { assert!(QUERY_BLOCK < 300 && 300 % QUERY_BLOCK != 0, "the shapes assume 128-row query blocks") };
+    const { assert!(QUERY_BLOCK < 300 && 300 % QUERY_BLOCK != 0, "n = 300 must end in a partial query block") };
     shapes
 }
 
