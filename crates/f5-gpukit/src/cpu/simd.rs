@@ -508,7 +508,7 @@ mod tests {
 /// every step is a lane-wise float or integer op. `x·log2(e) + 1.5·2^23` has ulp 1, so its low
 /// mantissa bits hold `n + 2^22` exactly (|n| ≤ 128 after the clamp).
 #[inline(always)]
-pub fn exp_lanes(x: f32) -> f32 {
+pub(crate) fn exp_lanes(x: f32) -> f32 {
     let x = x.clamp(-87.3, 88.7);
     let shifted = x * LOG2E + ROUND_MAGIC;
     let n = shifted - ROUND_MAGIC;
