@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use f5_dit::{F5Model, Overrides};
-use f5_gpukit::{AttentionSpec, Backend, CpuBackend, GemmSpec};
+use f5_gpukit::{AttentionSpec, Backend, CpuBackend, CpuBf16Backend, GemmSpec};
 use serde_json::Value;
 
 use crate::machine;
@@ -143,6 +143,9 @@ fn kit(root: &Path, o: &Opts) -> Result<()> {
         eprintln!("  gemm {m}×{k}×{n}: NT {:.0} GFLOP/s, NN {:.0} GFLOP/s", ours_nt.last().unwrap_or(&0.0), ours_nn.last().unwrap_or(&0.0));
     }
     let mut ours_attn = Vec::new();
+    // The bf16 attention (`--precision bf16`), where this CPU has AVX-512 BF16.
+    let bf16_kit = CpuBf16Backend::with_threads(o.threads).map_err(|e| eprintln!("  bf16 attention not measured: {e}")).ok();
+    let mut ours_attn_bf16 = Vec::new();
     for &(bh, n, d) in &ATTENTION_SHAPES {
         let len = bh * n * d;
         let (q, k, v) = (kit.upload(&fill(len, 4))?, kit.upload(&fill(len, 5))?, kit.upload(&fill(len, 6))?);
@@ -150,7 +153,16 @@ fn kit(root: &Path, o: &Opts) -> Result<()> {
         let spec = AttentionSpec { batch_heads: bh, n, head_dim: d, scale: 0.125 };
         let s = best_of(o.min_seconds, || kit.attention(&spec, &q, &k, &v, &mut out).expect("attention"));
         ours_attn.push(s);
-        eprintln!("  attention {bh}×{n}×{d}: {:.0} ms", s * 1e3);
+        let s16 = match &bf16_kit {
+            Some(kb) => {
+                let (q, k, v) = (kb.upload(&fill(len, 4))?, kb.upload(&fill(len, 5))?, kb.upload(&fill(len, 6))?);
+                let mut out = kb.alloc(len)?;
+                Some(best_of(o.min_seconds, || kb.attention(&spec, &q, &k, &v, &mut out).expect("bf16 attention")))
+            }
+            None => None,
+        };
+        ours_attn_bf16.push(s16);
+        eprintln!("  attention {bh}×{n}×{d}: {:.0} ms, bf16 {}", s * 1e3, s16.map_or("–".into(), |t| format!("{:.0} ms", t * 1e3)));
     }
 
     let reference = run_reference(root, o).unwrap_or_else(|e| {
@@ -183,15 +195,24 @@ fn kit(root: &Path, o: &Opts) -> Result<()> {
         )?;
     }
     writeln!(md)?;
-    writeln!(md, "| attention (batch·heads × n × head_dim) | f5-gpukit | torch SDPA | f5 / torch time |")?;
-    writeln!(md, "|---|---|---|---|")?;
+    writeln!(
+        md,
+        "| attention (batch·heads × n × head_dim) | f5-gpukit | f5-gpukit bf16 (`CpuBf16Backend`) | torch SDPA | f5 / torch time |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|")?;
     for (i, &(bh, n, d)) in ATTENTION_SHAPES.iter().enumerate() {
         let flop = 4.0 * (bh * n * n * d) as f64;
         let key = format!("{bh}x{n}x{d}");
         let th = reference.get("torch_sdpa").and_then(|x| x.get(&key)).and_then(|x| x.get("seconds")).and_then(Value::as_f64);
         let cmp = th.map(|t| format!("{:.2}×", ours_attn[i] / t)).unwrap_or_else(|| "–".into());
         let th_s = th.map(|t| format!("{:.0} ms ({:.0} GFLOP/s)", t * 1e3, flop / t / 1e9)).unwrap_or_else(|| "–".into());
-        writeln!(md, "| {bh}×{n}×{d} | {:.0} ms ({:.0} GFLOP/s) | {th_s} | {cmp} |", ours_attn[i] * 1e3, flop / ours_attn[i] / 1e9)?;
+        let bf16 = ours_attn_bf16[i].map_or("–".into(), |t| format!("{:.0} ms ({:.0} GFLOP/s)", t * 1e3, flop / t / 1e9));
+        writeln!(
+            md,
+            "| {bh}×{n}×{d} | {:.0} ms ({:.0} GFLOP/s) | {bf16} | {th_s} | {cmp} |",
+            ours_attn[i] * 1e3,
+            flop / ours_attn[i] / 1e9
+        )?;
     }
     println!("{md}");
     record(root, o, &format!("kit-{}t", o.threads), &md, !reference.is_null())?;

@@ -156,7 +156,21 @@ fn ref_attention(s: &AttentionSpec, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64>
     out
 }
 
-pub fn attention<B: Backend>(kit: &B) {
+/// How a backend's attention computes, which decides what its reference sees and its tolerance.
+#[derive(Clone, Copy, Debug)]
+pub enum AttentionArithmetic {
+    F32,
+    /// q, k, v and the softmax weights rounded to bf16, f32 accumulation (`CpuBf16Backend`).
+    Bf16,
+}
+
+/// f32 → the nearest bf16 value (ties to even), as an f32; the test data has no NaN.
+fn round_bf16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    f32::from_bits((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF_0000)
+}
+
+pub fn attention<B: Backend>(kit: &B, arithmetic: AttentionArithmetic) {
     let mut rng = Rng::new(2);
     // n = 300 spans several query blocks, the last one partial; n = 1 is a single key.
     // 65,537 slices: more than a CUDA grid's y axis holds (65,535), so a kernel must loop.
@@ -167,14 +181,24 @@ pub fn attention<B: Backend>(kit: &B) {
         // Scores up to ~±8 make the softmax far from uniform, so a wrong axis or scale shows.
         let q: Vec<f32> = rng.vec(len).iter().map(|x| x * 2.0).collect();
         let (k, v) = (rng.vec(len), rng.vec(len));
-        let want = ref_attention(&spec, &q, &k, &v);
         let (qb, kb, vb) = (kit.upload(&q).unwrap(), kit.upload(&k).unwrap(), kit.upload(&v).unwrap());
+        // The bf16 backend's reference gets the inputs it computes with: q, k, v rounded.
+        let rounded = |x: &[f32]| x.iter().map(|&x| round_bf16(x)).collect::<Vec<f32>>();
+        let want = match arithmetic {
+            AttentionArithmetic::F32 => ref_attention(&spec, &q, &k, &v),
+            AttentionArithmetic::Bf16 => ref_attention(&spec, &rounded(&q), &rounded(&k), &rounded(&v)),
+        };
         let mut out = guarded(kit, &vec![0.0; len]);
         kit.attention(&spec, &qb, &kb, &vb, &mut out).unwrap();
         let got = take(kit, &out, len, "attention");
         // Outputs are convex combinations of v ∈ [-1, 1]; the fast exp (rel. error 2e-7) and f32
-        // sums over n keys keep the error near 1e-6.
-        assert_close(&got, &want, |_| 2e-5, &format!("attention {spec:?}"));
+        // sums over n keys keep the error near 1e-6. bf16 also rounds each softmax weight
+        // (relative 2⁻⁸), which moves a convex combination of |v| ≤ 1 by at most 2⁻⁸.
+        let tol = match arithmetic {
+            AttentionArithmetic::F32 => 2e-5,
+            AttentionArithmetic::Bf16 => 2e-5 + f64::powi(2.0, -8),
+        };
+        assert_close(&got, &want, |_| tol, &format!("attention {spec:?}"));
     }
 }
 
@@ -1119,13 +1143,23 @@ pub fn refuses_short_buffers<B: Backend>(kit: &B) {
 
 macro_rules! backend_suite {
     ($name:ident, $make:expr) => {
+        backend_suite!($name, $make, AttentionArithmetic::F32);
+    };
+    ($name:ident, $make:expr, $attention:expr) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
             fn kit() -> Option<impl Backend> {
                 $make
             }
-            backend_suite!(@tests gemm, attention, layer_norm, adaln_modulate, gated_add, grn, split_heads_rope,
+            #[test]
+            fn attention() {
+                match kit() {
+                    Some(k) => super::attention(&k, $attention),
+                    None => eprintln!("SKIP attention: backend not available"),
+                }
+            }
+            backend_suite!(@tests gemm, layer_norm, adaln_modulate, gated_add, grn, split_heads_rope,
                 merge_heads, conv1d, activations, cfg_combine, axpy, mask_rows, concat_features, embedding,
                 polar_spectrum, conv_transpose1d, lstm, instance_norm, snake, upsample_nearest, interpolate_linear,
                 pad1d, cumsum, stft, istft, buffers, refuses_short_buffers);
@@ -1186,6 +1220,7 @@ fn every_backend_method_has_a_case() {
     assert!(missing.is_empty(), "Backend methods without an op-table case: {missing:?}");
 }
 
-// The bf16-weight CPU backend forwards every op but GEMMs on bf16 weights to the f32 backend:
-// the whole table runs through it where the CPU has AVX-512 BF16 (plain uploads stay f32).
-backend_suite!(cpu_bf16, f5_gpukit::CpuBf16Backend::with_threads(0).ok());
+// The bf16-weight CPU backend forwards every op but attention and GEMMs on bf16 weights to the
+// f32 backend: the whole table runs through it where the CPU has AVX-512 BF16 (plain uploads
+// stay f32), attention with its bf16 arithmetic.
+backend_suite!(cpu_bf16, f5_gpukit::CpuBf16Backend::with_threads(0).ok(), AttentionArithmetic::Bf16);

@@ -72,7 +72,7 @@ fn attend(spec: &AttentionSpec, q: &[f32], kt: &mut [f32], k: &[f32], v: &[f32],
                 let mut inv_sum = [0.0f32; QUERY_BLOCK];
                 for (row, inv) in scores.chunks_mut(n).zip(inv_sum.iter_mut()) {
                     let m = simd::max(row);
-                    *inv = 1.0 / simd::exp_shift_sum(row, m);
+                    *inv = 1.0 / simd::exp_shift_sum_lanes(row, m);
                 }
                 // SAFETY: as above; out_blk is [rows, d], scores [rows, n], vh [n, d].
                 unsafe {

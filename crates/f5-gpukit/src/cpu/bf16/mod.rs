@@ -3,8 +3,10 @@
 //! Weights uploaded with [`Backend::upload_weight`] are stored once, as bf16 (half the memory of
 //! f32; no f32 copy is kept), and every GEMM with such an operand runs on the AVX-512 BF16
 //! kernel of [`gemm`]: the other operand is rounded to bf16 while it is packed, products are
-//! summed in f32, and C stays f32. Everything else is the f32 [`CpuBackend`], which this type
-//! wraps: its buffers are the same `Vec<f32>`, its thread pool is the same pool.
+//! summed in f32, and C stays f32. Attention also computes in bf16 with f32 accumulation
+//! ([`attention`]: q, k, v and the softmax weights rounded to bf16, exact f32 softmax).
+//! Everything else is the f32 [`CpuBackend`], which this type wraps: its buffers are the same
+//! `Vec<f32>`, its thread pool is the same pool.
 //!
 //! A bf16 weight is a GEMM operand only. It can be read back (`download`, `read`, `copy` out of
 //! it give its bf16 values as f32) and written (`write`, `fill`, `copy` into it round to bf16),
@@ -14,6 +16,9 @@
 //! There is no slow path: [`CpuBf16Backend::with_threads`] refuses a CPU without AVX-512 BF16,
 //! naming the missing extension.
 
+pub(crate) mod attention;
+#[cfg(test)]
+mod attention_tests;
 pub(crate) mod gemm;
 #[cfg(test)]
 mod tests;
@@ -219,9 +224,14 @@ impl Backend for CpuBf16Backend {
         })
     }
 
+    /// Attention in bf16 with f32 accumulation (q, k, v and the softmax weights rounded to bf16,
+    /// exact f32 softmax), every shape the f32 op takes; see [`attention`].
     fn attention(&self, spec: &AttentionSpec, q: &CpuBuf, k: &CpuBuf, v: &CpuBuf, out: &mut CpuBuf) -> Result<()> {
         let op = "attention";
-        self.f32.attention(spec, q.f32(op)?, k.f32(op)?, v.f32(op)?, out.f32_mut(op)?)
+        let (q, k, v, out) = (q.f32(op)?, k.f32(op)?, v.f32(op)?, out.f32_mut(op)?);
+        spec.validate(q.len(), k.len(), v.len(), out.len())?;
+        self.f32.run(|| attention::attention(self.cpu, spec, q, k, v, out));
+        Ok(())
     }
 
     fn layer_norm(&self, x: &CpuBuf, rows: usize, d: usize, eps: f32, affine: Option<(&CpuBuf, &CpuBuf)>, out: &mut CpuBuf) -> Result<()> {
