@@ -93,6 +93,37 @@ fn grouped(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mu
     with_scratch(groups * kc * cout_g, |wp| grouped_into(spec, x, w, bias, y, wp));
 }
 
+/// Output channels one repacking pass moves together: one 64-byte line of packed weights.
+const PACK_CHANNELS: usize = 16;
+
+/// Weights `[c_out, cin_g, K]` → per group `[K·cin_g, cout_g]`, the rows in (k, ci) order. This
+/// runs on every call (Kokoro's generator: ~100 convolutions of up to 256·256·11 weights per
+/// forward), so it is a blocked transpose spread over the pool: each task owns a run of packed
+/// rows and fills them sixteen channels at a time, so writes fill whole cache lines and reads
+/// walk sixteen filters forwards instead of striding across all of them per value.
+fn pack_filters(spec: &Conv1dSpec, w: &[f32], wp: &mut [f32]) {
+    let Conv1dSpec { c_in, c_out, kernel, groups, .. } = *spec;
+    let (cin_g, cout_g) = (c_in / groups, c_out / groups);
+    let kc = kernel * cin_g;
+    let rows_per_task = kc.div_ceil(4 * rayon::current_num_threads().max(1)).max(8);
+    wp[..groups * kc * cout_g].par_chunks_mut(rows_per_task * cout_g).enumerate().for_each(|(task, chunk)| {
+        // Sixteen filters at a time across all of the task's rows: their values stay in cache
+        // while every row takes its sixteen, instead of each row walking all the filters.
+        for co0 in (0..cout_g).step_by(PACK_CHANNELS) {
+            let width = PACK_CHANNELS.min(cout_g - co0);
+            for (i, row) in chunk.chunks_mut(cout_g).enumerate() {
+                let r = task * rows_per_task + i;
+                let (g, kci) = (r / kc, r % kc);
+                let (k, ci) = (kci / cin_g, kci % cin_g);
+                let first = (g * cout_g + co0) * kc + ci * kernel + k;
+                for (j, v) in row[co0..co0 + width].iter_mut().enumerate() {
+                    *v = w[first + j * kc];
+                }
+            }
+        }
+    });
+}
+
 /// Blocks of output rows, one task each: the task writes the im2col rows of its block into
 /// its own thread's scratch (still in cache when the GEMM reads them) and runs a one-thread
 /// GEMM per group into its rows of `y`. Compared with one im2col matrix for the whole input
@@ -103,16 +134,7 @@ fn grouped_into(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y
     let n_out = spec.n_out();
     let (cin_g, cout_g) = (c_in / groups, c_out / groups);
     let kc = kernel * cin_g;
-    wp.par_chunks_mut(kc * cout_g).enumerate().for_each(|(g, wg)| {
-        for co in 0..cout_g {
-            let filt = &w[(g * cout_g + co) * kc..(g * cout_g + co + 1) * kc];
-            for ci in 0..cin_g {
-                for k in 0..kernel {
-                    wg[(k * cin_g + ci) * cout_g + co] = filt[ci * kernel + k];
-                }
-            }
-        }
-    });
+    pack_filters(spec, w, wp);
     let wp = &*wp;
     let rb = rows_per_block(n_out, kc, rayon::current_num_threads());
     for b in 0..batch {

@@ -93,30 +93,67 @@ pub(crate) fn gemm_raw(spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32], par
         if spec.m == 0 || spec.n == 0 {
             continue;
         }
+        let (a_ptr, b_ptr) = (a.as_ptr().wrapping_add(ao.min(a.len())), b.as_ptr().wrapping_add(bo.min(b.len())));
+        let (a_rs, a_cs, b_rs, b_cs) =
+            (spec.a.row_stride as isize, spec.a.col_stride as isize, spec.b.row_stride as isize, spec.b.col_stride as isize);
+        let (c_rs, c_cs) = (spec.c.row_stride as isize, spec.c.col_stride as isize);
+        // The gemm crate's kernels run down columns of A (column-major is their native layout):
+        // handed a row-major A it first transposes every panel of it element by element, which
+        // cost Kokoro's convolutions (im2col rows times row-major packed filters) a seventh of
+        // their time. When B is row-major, Cᵀ = Bᵀ·Aᵀ has a column-major left operand, so that
+        // is the product it gets: the same sums over k, operands in the layout the kernels read.
+        // (A `Linear`'s transposed weight is column-major already: swapping would only move the
+        // strided panel from one side to the other.)
+        let transpose = spec.a.row_stride != 1 && spec.b.col_stride == 1 && spec.b.row_stride != 1;
         // SAFETY: validate() proved that every element addressed through these offsets and
         // strides lies inside the slices; `c` is uniquely borrowed and does not alias a or b.
+        // The transposed call addresses exactly the same elements through swapped strides.
         unsafe {
-            gemm::gemm(
-                spec.m,
-                spec.n,
-                spec.k,
-                c.as_mut_ptr().add(co),
-                spec.c.col_stride as isize,
-                spec.c.row_stride as isize,
-                spec.beta != 0.0,
-                a.as_ptr().add(ao.min(a.len())),
-                spec.a.col_stride as isize,
-                spec.a.row_stride as isize,
-                b.as_ptr().add(bo.min(b.len())),
-                spec.b.col_stride as isize,
-                spec.b.row_stride as isize,
-                1.0,
-                1.0,
-                false,
-                false,
-                false,
-                par,
-            );
+            if transpose {
+                gemm::gemm(
+                    spec.n,
+                    spec.m,
+                    spec.k,
+                    c.as_mut_ptr().add(co),
+                    c_rs,
+                    c_cs,
+                    spec.beta != 0.0,
+                    b_ptr,
+                    b_rs,
+                    b_cs,
+                    a_ptr,
+                    a_rs,
+                    a_cs,
+                    1.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+            } else {
+                gemm::gemm(
+                    spec.m,
+                    spec.n,
+                    spec.k,
+                    c.as_mut_ptr().add(co),
+                    c_cs,
+                    c_rs,
+                    spec.beta != 0.0,
+                    a_ptr,
+                    a_cs,
+                    a_rs,
+                    b_ptr,
+                    b_cs,
+                    b_rs,
+                    1.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+            }
         }
     }
 }
