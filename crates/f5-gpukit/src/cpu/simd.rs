@@ -58,17 +58,24 @@ const ROUND_MAGIC: f32 = 12_582_912.0;
 /// −87.3 give e^−87.3 (≈1e−38) instead of a subnormal, above 88.7 give e^88.7.
 ///
 /// Branch-free so loops over it vectorise: softmax, SiLU and the tanh-GELU spend most of their
-/// time here, and libm's `expf` does not vectorise.
+/// time here, and libm's `expf` does not vectorise. The power of two is built from the bits of
+/// the rounded exponent instead of a float → int cast: Rust's `as i32` saturates and maps NaN
+/// to 0, which LLVM emits as one scalar conversion per lane, so a loop over a cast-based exp is
+/// only partly vectorised. `x·log2(e) + 1.5·2^23` has ulp 1, so its low mantissa bits hold
+/// `n + 2^22` exactly (|n| ≤ 128 after the clamp); the test `exp_is_the_cast_form_bit_for_bit`
+/// holds it to the cast-based form.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let x = x.clamp(-87.3, 88.7);
-    let n = (x * LOG2E + ROUND_MAGIC) - ROUND_MAGIC;
+    let shifted = x * LOG2E + ROUND_MAGIC;
+    let n = shifted - ROUND_MAGIC;
     let r = x - n * LN2_HI - n * LN2_LO;
     let z = r * r;
     // Cephes expf minimax polynomial for (e^r − 1 − r)/r² on |r| ≤ ln2/2.
     let p = ((((1.987_569_2e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
     let e = p * z + r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // bits(shifted) = bits(1.5·2^23) + n; the biased exponent n + 127 shifted into place.
+    let scale = f32::from_bits(shifted.to_bits().wrapping_sub(ROUND_MAGIC.to_bits()).wrapping_add(127) << 23);
     e * scale
 }
 
@@ -502,37 +509,17 @@ mod tests {
     }
 }
 
-/// [`exp`], bit for bit, with the power of two built from the bits of the rounded exponent
-/// instead of a float → int cast. Rust's `as i32` saturates and maps NaN to 0, which LLVM emits
-/// as one scalar conversion per lane, so a loop over [`exp`] is only partly vectorised; here
-/// every step is a lane-wise float or integer op. `x·log2(e) + 1.5·2^23` has ulp 1, so its low
-/// mantissa bits hold `n + 2^22` exactly (|n| ≤ 128 after the clamp).
-#[inline(always)]
-pub(crate) fn exp_lanes(x: f32) -> f32 {
-    let x = x.clamp(-87.3, 88.7);
-    let shifted = x * LOG2E + ROUND_MAGIC;
-    let n = shifted - ROUND_MAGIC;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let z = r * r;
-    let p = ((((1.987_569_2e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
-    let e = p * z + r + 1.0;
-    // bits(shifted) = bits(1.5·2^23) + n; the biased exponent n + 127 shifted into place.
-    let scale = f32::from_bits(shifted.to_bits().wrapping_sub(ROUND_MAGIC.to_bits()).wrapping_add(127) << 23);
-    e * scale
-}
-
 dispatch! {
-    /// In place `s = exp(s − max)` through [`exp_lanes`], returning Σ s: one softmax row without
-    /// the division, which the caller folds into the output scaling. (It replaces an
-    /// `exp_shift_sum` through [`exp`] that gave the same bits at half the speed.)
+    /// In place `s = exp(s − max)` through [`exp`], returning Σ s: one softmax row without
+    /// the division, which the caller folds into the output scaling.
     pub fn exp_shift_sum_lanes(s: &mut [f32], max: f32) -> f32 {
         let mut acc = [0.0f32; 16];
         let mut chunks = s.chunks_exact_mut(16);
         for c in &mut chunks {
-            for i in 0..16 { let e = exp_lanes(c[i] - max); c[i] = e; acc[i] += e; }
+            for i in 0..16 { let e = exp(c[i] - max); c[i] = e; acc[i] += e; }
         }
         let mut tail = 0.0f32;
-        for v in chunks.into_remainder() { let e = exp_lanes(*v - max); *v = e; tail += e; }
+        for v in chunks.into_remainder() { let e = exp(*v - max); *v = e; tail += e; }
         let mut half = 8;
         while half > 0 {
             for i in 0..half { acc[i] += acc[i + half]; }
@@ -543,20 +530,32 @@ dispatch! {
 }
 
 #[cfg(test)]
-mod exp_lanes_tests {
+mod exp_bits_tests {
     use super::*;
 
-    /// Bit-identical to `exp` over the whole clamped range and past both ends, so callers may
-    /// switch without changing a result; `exp_shift_sum_lanes` gives the values of `exp`.
+    /// The straightforward form of [`exp`]: the same reduction and polynomial, the power of two
+    /// from a float → int cast.
+    fn exp_by_cast(x: f32) -> f32 {
+        let x = x.clamp(-87.3, 88.7);
+        let n = (x * LOG2E + ROUND_MAGIC) - ROUND_MAGIC;
+        let r = x - n * LN2_HI - n * LN2_LO;
+        let z = r * r;
+        let p = ((((1.987_569_2e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
+        let e = p * z + r + 1.0;
+        e * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    }
+
+    /// The exponent taken from the bits gives the cast form's values bit for bit, over the
+    /// whole clamped range and past both ends; `exp_shift_sum_lanes` gives the values of `exp`.
     #[test]
-    fn exp_lanes_is_exp_bit_for_bit() {
+    fn exp_is_the_cast_form_bit_for_bit() {
         let mut x = -100.0f32;
         while x < 100.0 {
-            assert_eq!(exp_lanes(x).to_bits(), exp(x).to_bits(), "x = {x}");
+            assert_eq!(exp(x).to_bits(), exp_by_cast(x).to_bits(), "x = {x}");
             x += 0.000_37;
         }
         for x in [-87.3, 88.7, 0.0, -0.0, f32::MIN, f32::MAX, f32::NEG_INFINITY] {
-            assert_eq!(exp_lanes(x).to_bits(), exp(x).to_bits(), "x = {x}");
+            assert_eq!(exp(x).to_bits(), exp_by_cast(x).to_bits(), "x = {x}");
         }
         let row: Vec<f32> = (0..1003).map(|i| ((i * 7919) % 2000) as f32 / 100.0 - 15.0).collect();
         let mut got = row.clone();

@@ -404,7 +404,7 @@ pub(crate) fn reference_variant(spec: &AttentionSpec, q: &[f32], k: &[f32], v: &
             let m = e.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             let mut z = 0.0f32;
             for ej in e.iter_mut() {
-                *ej = simd::exp_lanes(*ej - m);
+                *ej = simd::exp(*ej - m);
                 z += *ej;
             }
             let inv = if variant.unnormalised { 1.0 } else { 1.0 / z };
