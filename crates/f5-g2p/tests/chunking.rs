@@ -60,3 +60,24 @@ fn espeak_paragraphs_chunk_like_kpipeline() {
         assert_eq!(got, want, "{name} chunks differ");
     }
 }
+
+/// Streaming's chunks through the real English front end: the first sentence alone, then the
+/// rest of the reference's first chunk; the phonemes of the two pieces are the reference's chunk
+/// split at a space, and the later chunks are the reference's own.
+#[test]
+fn stream_chunks_speak_the_first_sentence_first() {
+    let g2p = G2p::english(false, None).expect("en-us");
+    let text = "The old lighthouse stood at the edge of the cliff. Every night its lamp swept across the water, \
+                guiding the fishing boats home. The keeper climbed the stairs at dusk and wound the clockwork by hand. \
+                In winter the storms were so loud that he could not hear himself think. Still, he never missed a night.";
+    let reference = g2p.chunks(text).expect("chunks");
+    let streamed = g2p.stream_chunks(text).expect("stream chunks");
+    assert_eq!(reference.len(), 1, "a five-sentence paragraph is one reference chunk");
+    assert_eq!(streamed.len(), 2);
+    assert_eq!(streamed[0].graphemes, "The old lighthouse stood at the edge of the cliff.");
+    assert_eq!(format!("{} {}", streamed[0].graphemes, streamed[1].graphemes), reference[0].graphemes);
+    assert_eq!(format!("{} {}", streamed[0].phonemes, streamed[1].phonemes), reference[0].phonemes);
+    // One sentence: nothing to cut, the reference chunking unchanged.
+    let one = "The old lighthouse stood at the edge of the cliff.";
+    assert_eq!(g2p.stream_chunks(one).expect("one"), g2p.chunks(one).expect("one"));
+}
