@@ -202,9 +202,47 @@ pub fn first_piece_end(tokens: &[Token]) -> Option<usize> {
     (cut < tokens.len() && ps_len(&tokens[cut..]) >= FIRST_PIECE_MIN_PHONEMES).then_some(cut)
 }
 
-/// Streaming's chunks: `chunks` (the reference chunking) with the first English chunk cut in two
-/// at [`first_piece_end`], so the first audio comes after a forward of one short sentence or
-/// clause instead of up to 510 phonemes. Every token stays, in order; later chunks are unchanged.
+/// After the first piece, each further piece of the first chunk holds at most this many times
+/// the phonemes spoken before it (whole sentences; a single longer sentence goes alone). With
+/// the forward at RTF ≤ 0.5 on its own cores, the next piece is then ready before the audio
+/// already sent has played out, so a real-time player does not stop between pieces.
+pub const STREAM_GROWTH: usize = 2;
+
+/// Where the next piece after `spoken` phonemes ends in `tokens`: the last sentence end within
+/// [`STREAM_GROWTH`] × `spoken` phonemes (else the first sentence end), leaving both sides at
+/// least [`FIRST_PIECE_MIN_PHONEMES`]; `None` when the rest fits the budget or has no such end.
+pub fn next_piece_end(tokens: &[Token], spoken: usize) -> Option<usize> {
+    let ps_len = |range: &[Token]| chars(&tokens_to_ps(range));
+    let budget = STREAM_GROWTH * spoken;
+    if ps_len(tokens) <= budget {
+        return None;
+    }
+    let ends: Vec<usize> = (0..tokens.len())
+        .filter(|&i| {
+            let ps = tokens[i].phonemes.as_deref().unwrap_or("");
+            chars(ps) == 1 && SENTENCE_ENDS.contains(ps)
+        })
+        .map(|i| {
+            let z = i + 1;
+            let bump = tokens.get(z).is_some_and(|t| matches!(t.phonemes.as_deref(), Some(")") | Some("\u{201d}")));
+            if bump {
+                z + 1
+            } else {
+                z
+            }
+        })
+        .filter(|&z| {
+            z < tokens.len() && ps_len(&tokens[..z]) >= FIRST_PIECE_MIN_PHONEMES && ps_len(&tokens[z..]) >= FIRST_PIECE_MIN_PHONEMES
+        })
+        .collect();
+    ends.iter().rev().find(|&&z| ps_len(&tokens[..z]) <= budget).or(ends.first()).copied()
+}
+
+/// Streaming's chunks: `chunks` (the reference chunking) with the first English chunk cut at
+/// [`first_piece_end`], so the first audio comes after a forward of one short sentence or clause
+/// instead of up to 510 phonemes, and the rest of that chunk in pieces growing by
+/// [`next_piece_end`], so the audio keeps coming. Every token stays, in order; later chunks are
+/// the reference's.
 pub fn split_first_chunk(mut chunks: Vec<Chunk>) -> Vec<Chunk> {
     let Some(first) = chunks.first() else {
         return chunks;
@@ -215,10 +253,18 @@ pub fn split_first_chunk(mut chunks: Vec<Chunk>) -> Vec<Chunk> {
     let Some(cut) = first_piece_end(tokens) else {
         return chunks;
     };
-    let mut head = tokens.clone();
-    let tail = head.split_off(cut);
     let piece = |tks: Vec<Token>| Chunk { graphemes: tokens_to_text(&tks), phonemes: tokens_to_ps(&tks), tokens: Some(tks) };
-    chunks.splice(0..1, [piece(head), piece(tail)]);
+    let mut rest = tokens.clone();
+    let mut tail = rest.split_off(cut);
+    let mut spoken = chars(&tokens_to_ps(&rest));
+    let mut pieces = vec![piece(rest)];
+    while let Some(z) = next_piece_end(&tail, spoken) {
+        let after = tail.split_off(z);
+        spoken += chars(&tokens_to_ps(&tail));
+        pieces.push(piece(std::mem::replace(&mut tail, after)));
+    }
+    pieces.push(piece(tail));
+    chunks.splice(0..1, pieces);
     chunks
 }
 
@@ -332,6 +378,23 @@ mod tests {
         // Later chunks are left alone, and chunks without tokens (espeak languages) too.
         let plain = Chunk { graphemes: "Hola. ¿Qué tal estás hoy, amigo?".into(), phonemes: "ola kˈe tˈal".into(), tokens: None };
         assert_eq!(split_first_chunk(vec![plain.clone()]), vec![plain]);
+    }
+
+    #[test]
+    fn pieces_after_the_first_grow_by_whole_sentences() {
+        // Eight sentences of 20 phonemes: the first alone; then at most 2 × 20 (one sentence: two
+        // are 41 with the space between), at most 2 × 40 (three, 62), and the last three (62 ≤ 204).
+        let sentence = "abcd efgh ijkl mnop.";
+        let text = [sentence; 8].join(" ");
+        let got = split_first_chunk(vec![chunk(&text)]);
+        let sizes: Vec<usize> = got.iter().map(|c| c.graphemes.split(". ").count()).collect();
+        assert_eq!(sizes, [1, 1, 3, 3], "sentences per piece");
+        assert_eq!(got.iter().map(|c| c.graphemes.as_str()).collect::<Vec<_>>().join(" "), text);
+        // A sentence over the budget still goes whole (never cut inside a later sentence).
+        let long_second = format!("{sentence} {}. {sentence}", "word ".repeat(20).trim_end());
+        let got = split_first_chunk(vec![chunk(&long_second)]);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[1].graphemes, format!("{}.", "word ".repeat(20).trim_end()));
     }
 
     #[test]

@@ -23,8 +23,8 @@ mod token;
 use std::str::FromStr;
 
 pub use chunk::{
-    en_tokenize, first_piece_end, first_piece_end_text, split_first_chunk, split_sentences, tokens_to_ps, tokens_to_text, Chunk,
-    FIRST_PIECE_MIN_PHONEMES, FIRST_SENTENCE_MAX_PHONEMES, MAX_PHONEMES,
+    en_tokenize, first_piece_end, first_piece_end_text, next_piece_end, split_first_chunk, split_sentences, tokens_to_ps, tokens_to_text,
+    Chunk, FIRST_PIECE_MIN_PHONEMES, FIRST_SENTENCE_MAX_PHONEMES, MAX_PHONEMES, STREAM_GROWTH,
 };
 pub use english::{EnglishG2p, Fallback};
 pub use espeak::{espeak_available, EspeakFallback, EspeakG2p, ESPEAK_ENV};
@@ -210,8 +210,10 @@ impl G2p {
 
     /// The chunks to speak when the first audio should come soon: [`G2p::chunks`] with the first
     /// chunk cut after its first sentence, or the first clause of a long one
-    /// ([`first_piece_end`]), so the first forward is short; every word is kept, in order, and
-    /// the later chunks are the reference's. Nothing is cut where a piece would be too short.
+    /// ([`first_piece_end`]), so the first forward is short, and (English) the rest of that
+    /// chunk in growing pieces of whole sentences ([`next_piece_end`]) so playback need not
+    /// wait between them; every word is kept, in order, and the later chunks are the
+    /// reference's. Nothing is cut where a piece would be too short.
     pub fn stream_chunks(&self, text: &str) -> Result<Vec<Chunk>, G2pError> {
         let chunks = self.chunks(text)?;
         match &self.engine {

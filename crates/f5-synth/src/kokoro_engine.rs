@@ -1,8 +1,9 @@
 //! Kokoro-82M behind the engine interface: text → the front end's chunks (≤ 510 phonemes each)
 //! → one forward per chunk in a named (or mixed) voice → 24 kHz samples, each chunk handed to the
 //! sink as soon as it is spoken. The first chunk is the text's first sentence (or first clause of
-//! a long one, `G2p::stream_chunks`): a stream's first audio then waits for one short forward,
-//! not for a whole 510-phoneme one.
+//! a long one, `G2p::stream_chunks`), and the rest of the first 510-phoneme chunk follows in
+//! growing pieces: a stream's first audio waits for one short forward, not a whole 510-phoneme
+//! one, and each next piece is ready before the audio already sent has played out.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
