@@ -150,14 +150,18 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     writeln!(md)?;
     writeln!(md, "Text ({} characters, five sentences, read by f5's own English front end): \"{TEXT}\"", TEXT.chars().count())?;
     writeln!(md)?;
-    writeln!(md, "| first audio | whole answer | audio | RTF | blocks | real-time player's stall |")?;
+    // The blocks of the median run (by first audio): when each arrived and how much audio it held.
+    let mut by_first: Vec<&Answer> = answers.iter().collect();
+    by_first.sort_by(|a, b| a.first_audio().total_cmp(&b.first_audio()));
+    let blocks = by_first[by_first.len() / 2]
+        .blocks
+        .iter()
+        .map(|&(at, bytes)| format!("{at:.2} s ({:.2} s)", bytes as f64 / BYTES_PER_SAMPLE as f64 / SAMPLE_RATE))
+        .collect::<Vec<_>>()
+        .join(", ");
+    writeln!(md, "| first audio | whole answer | audio | RTF | blocks: arrival (audio) | real-time player's stall |")?;
     writeln!(md, "|---|---|---|---|---|---|")?;
-    writeln!(
-        md,
-        "| {first:.3} s | {total:.3} s | {audio:.2} s | {:.3} | {} | {stall:.2} s |",
-        total / audio,
-        answers.last().map_or(0, |a| a.blocks.len())
-    )?;
+    writeln!(md, "| {first:.3} s | {total:.3} s | {audio:.2} s | {:.3} | {blocks} | {stall:.2} s |", total / audio)?;
     print!("{md}");
     if o.write {
         let path = root.join("docs/benchmarks.md");
