@@ -165,7 +165,7 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     writeln!(md, "Machine: {}.", machine::describe())?;
     writeln!(
         md,
-        "Command: `cargo xtask bench kokoro-process --threads {} --runs {}` (fresh processes, runs alternate f5 / reference, median of {}; machine {:.0}% busy before, {:.0}% after). Weights: `{}` (release layout), voice {VOICE}, seed 0, fp32. Reference: kokoro 0.9.4 `KModel`, torch {torch}.",
+        "Command: `cargo xtask bench kokoro-process --threads {} --runs {}` (fresh processes, runs alternate f5 / reference / onnxruntime, median of {}; machine {:.0}% busy before, {:.0}% after). Weights: `{}` (release layout), voice {VOICE}, seed 0, fp32. Reference: kokoro 0.9.4 `KModel`, torch {torch}.",
         o.threads,
         o.runs,
         o.runs,
@@ -207,8 +207,15 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     writeln!(md, "```")?;
     // Paths relative to the repository root (the reference's Python is named by its variable).
     let root_prefix = format!("{}/", root.display());
+    let shared_prefix = std::env::var("KOKORO_SHARED").ok().filter(|s| !s.is_empty()).map(|s| format!("{}/", s.trim_end_matches('/')));
     for c in &commands {
-        writeln!(md, "{}", c.replace(&root_prefix, ""))?;
+        let c = c.replace(&root_prefix, "");
+        // The voice pack's folder by its variable, not this machine's path.
+        let c = match &shared_prefix {
+            Some(p) => c.replace(p.as_str(), "$KOKORO_SHARED/"),
+            None => c,
+        };
+        writeln!(md, "{c}")?;
     }
     writeln!(md, "```")?;
     print!("{md}");
