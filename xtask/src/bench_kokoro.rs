@@ -3,6 +3,12 @@
 //! warm runs, best of N. Weights: a release-layout checkpoint (`--model`, default
 //! `target/refmodels/kokoro-counter.pth`, the full-size counter-generated one that
 //! `fixtures/kokoro/generate.py` writes; the int8-derived one from `cargo xtask kokoro-int8` works too).
+//!
+//! A third column, where `F5_ONNX_PYTHON` names a Python with onnxruntime: kokoro-onnx's int8 model
+//! (`kokoro-v1.0.int8.onnx`, beside `--model` or in `target/kokoro-int8/`, which
+//! `cargo xtask kokoro-int8` writes) on onnxruntime with the same token ids, style rows, speeds
+//! and thread count (`xtask/bench/kokoro_onnx.py`). That model computes in int8, so its speed is
+//! what a user of kokoro-onnx gets, not the same arithmetic as the f32 columns.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -131,6 +137,8 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
         None
     };
 
+    let onnx = run_onnx(root, &model_path, o, &case_json);
+
     let mut md = String::new();
     let machine = crate::machine::describe();
     writeln!(md, "Machine: {machine}. Command: `cargo xtask bench kokoro --threads {}`; weights `{}` (full-size release layout, 81.8 M parameters), fp32, warm runs, best of ≥ 3.", o.threads, model_path.file_name().and_then(|n| n.to_str()).unwrap_or("?"))?;
@@ -144,19 +152,33 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     } else {
         writeln!(md, "Reference: not measured in this run (see the command's output).")?;
     }
+    match &onnx {
+        Ok(r) => writeln!(
+            md,
+            "onnxruntime: kokoro-onnx's `kokoro-v1.0.int8.onnx` (int8 weights and int8 matmuls/convolutions: the model these weights are dequantised from), onnxruntime {} (kokoro-onnx {}'s inputs, session called directly), intra-op threads {}, inter-op 1.",
+            r["onnxruntime"].as_str().unwrap_or("?"),
+            r["kokoro_onnx"].as_str().unwrap_or("not installed"),
+            o.threads
+        )?,
+        Err(why) => writeln!(md, "onnxruntime: not measured in this run ({why}).")?,
+    }
     writeln!(md)?;
-    writeln!(md, "| input | audio | f5 | f5 RTF | reference | reference RTF | f5 / reference speed |")?;
-    writeln!(md, "|---|---|---|---|---|---|---|")?;
+    writeln!(md, "| input | audio | f5 | f5 RTF | reference | reference RTF | f5 / reference speed | onnxruntime int8 | onnxruntime RTF | f5 / onnxruntime speed |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
     for (name, secs, samples, _) in &ours {
         let audio = *samples as f64 / 24_000.0;
         let r = reference.as_ref().and_then(|r| r["cases"][name.as_str()]["seconds"].as_f64());
+        let x = onnx.as_ref().ok().and_then(|r| r["cases"][name.as_str()]["seconds"].as_f64());
         writeln!(
             md,
-            "| {name} | {audio:.2} s | {secs:.3} s | {:.3} | {} | {} | {} |",
+            "| {name} | {audio:.2} s | {secs:.3} s | {:.3} | {} | {} | {} | {} | {} | {} |",
             secs / audio,
             r.map_or("—".into(), |r| format!("{r:.3} s")),
             r.map_or("—".into(), |r| format!("{:.3}", r / audio)),
-            r.map_or("—".into(), |r| format!("{:.2}×", r / secs))
+            r.map_or("—".into(), |r| format!("{:.2}×", r / secs)),
+            x.map_or("—".into(), |x| format!("{x:.3} s")),
+            x.map_or("—".into(), |x| format!("{:.3}", x / audio)),
+            x.map_or("—".into(), |x| format!("{:.2}×", x / secs))
         )?;
     }
     writeln!(md)?;
@@ -204,4 +226,33 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
         crate::bench::write_section(&path, &format!("kokoro-{}t", o.threads), &md)?;
     }
     Ok(())
+}
+
+/// `kokoro-v1.0.int8.onnx` for a bench: beside the f32 weights, else in `target/kokoro-int8/`.
+pub(crate) fn onnx_model(root: &Path, beside: &Path) -> Option<PathBuf> {
+    let dir = if beside.is_dir() { beside } else { beside.parent()? };
+    [dir.join(crate::kokoro_int8::ONNX_FILE), root.join("target/kokoro-int8").join(crate::kokoro_int8::ONNX_FILE)]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+/// The onnxruntime column's measurements, or why there are none (a one-line note for the table).
+fn run_onnx(root: &Path, model_path: &Path, o: &KokoroOpts, cases: &[Value]) -> Result<Value, String> {
+    let py = std::env::var("F5_ONNX_PYTHON").map_err(|_| "F5_ONNX_PYTHON is not set: a Python with onnxruntime".to_string())?;
+    let onnx = onnx_model(root, model_path).ok_or_else(|| {
+        format!("no {} beside the weights or in target/kokoro-int8: run `cargo xtask kokoro-int8`", crate::kokoro_int8::ONNX_FILE)
+    })?;
+    let cases = serde_json::to_string(cases).map_err(|e| e.to_string())?;
+    let output = Command::new(&py)
+        .current_dir(root)
+        .args(["xtask/bench/kokoro_onnx.py", "warm", "--threads", &o.threads.to_string(), "--onnx"])
+        .arg(&onnx)
+        .args(["--cases", &cases, "--min-seconds", &o.min_seconds.to_string()])
+        .output()
+        .map_err(|e| format!("cannot run {py}: {e}"))?;
+    if !output.status.success() {
+        eprintln!("onnxruntime side failed: {}", String::from_utf8_lossy(&output.stderr));
+        return Err("its script failed; see the command's output".to_string());
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| format!("its output is not JSON: {e}"))
 }

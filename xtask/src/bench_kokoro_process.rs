@@ -5,6 +5,10 @@
 //! from spawn to exit (loading included), the kernel's peak RSS (`wait4`), audio seconds; runs
 //! alternate f5 / reference, median of `--runs`. Peak memory does not depend on machine load;
 //! wall time does, and the table says how busy the machine was.
+//!
+//! Where `F5_ONNX_PYTHON` names a Python with onnxruntime, a third side joins the rotation:
+//! kokoro-onnx's `kokoro-v1.0.int8.onnx` (in the model folder; `cargo xtask kokoro-int8` writes
+//! it) on onnxruntime, same phonemes, voice row, speed and threads (`xtask/bench/kokoro_onnx.py`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -52,6 +56,25 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     let dir = model_dir.to_string_lossy().to_string();
     let threads = o.threads.to_string();
 
+    // The onnxruntime side: its Python, model and the raw voice pack (the same numbers as
+    // voices/af_heart.pt, which kokoro-int8 checks), or why it is skipped.
+    let onnx_side: Result<(String, PathBuf, PathBuf), String> = (|| {
+        let py = std::env::var("F5_ONNX_PYTHON").map_err(|_| "F5_ONNX_PYTHON is not set: a Python with onnxruntime".to_string())?;
+        let onnx = crate::bench_kokoro::onnx_model(root, &model_dir)
+            .ok_or_else(|| format!("no {} in {}: run `cargo xtask kokoro-int8`", crate::kokoro_int8::ONNX_FILE, model_dir.display()))?;
+        let shared = std::env::var_os("KOKORO_SHARED").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/kokoro"));
+        let voice_bin = shared.join(format!("voices/{VOICE}.bin"));
+        if !voice_bin.is_file() {
+            return Err(format!("{} is missing (set KOKORO_SHARED)", voice_bin.display()));
+        }
+        Ok((py, onnx, voice_bin))
+    })();
+    if let Err(why) = &onnx_side {
+        eprintln!("onnxruntime side skipped: {why}");
+    }
+    let config_file = model_dir.join("config.json").to_string_lossy().to_string();
+    let mut onnx_versions = (String::from("?"), String::from("?"));
+
     let busy = machine::wait_idle(0.10, Duration::from_secs(120));
     let mut rows = Vec::new();
     let mut commands = Vec::new();
@@ -81,9 +104,32 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
         .map(|s| s.to_string())
         .chain([theirs_out.to_string_lossy().to_string()])
         .collect();
+        let onnx_out = scratch.join(format!("onnx_{name}.wav"));
+        let onnx_args: Option<Vec<String>> = onnx_side.as_ref().ok().map(|(_, onnx, voice_bin)| {
+            [
+                "xtask/bench/kokoro_onnx.py".to_string(),
+                "process".into(),
+                "--threads".into(),
+                threads.clone(),
+                "--onnx".into(),
+                onnx.to_string_lossy().to_string(),
+                "--config".into(),
+                config_file.clone(),
+                "--voice-bin".into(),
+                voice_bin.to_string_lossy().to_string(),
+                "--phonemes".into(),
+                phonemes.clone(),
+                "--out".into(),
+                onnx_out.to_string_lossy().to_string(),
+            ]
+            .to_vec()
+        });
         commands.push(format!("target/release/f5 {}", shell_words(&ours_args)));
         commands.push(format!("$F5_REF_PYTHON {}", shell_words(&theirs_args)));
-        let (mut ours, mut theirs): (Vec<Run>, Vec<Run>) = (Vec::new(), Vec::new());
+        if let Some(args) = &onnx_args {
+            commands.push(format!("$F5_ONNX_PYTHON {}", shell_words(args)));
+        }
+        let (mut ours, mut theirs, mut onnx_runs): (Vec<Run>, Vec<Run>, Vec<Run>) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..o.runs {
             eprintln!("{name} ({} phonemes), run {} of {}: f5…", phonemes.chars().count(), i + 1, o.runs);
             let mut cmd = Command::new(&f5);
@@ -99,8 +145,19 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
             }
             eprintln!("  reference: {:.2} s wall, {:.0} MiB", run.wall, run.peak_rss_mib);
             theirs.push(run);
+            if let (Ok((py, _, _)), Some(args)) = (&onnx_side, &onnx_args) {
+                let mut cmd = Command::new(py);
+                cmd.current_dir(root).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+                let (run, json) = measure(cmd, &onnx_out).context("the onnxruntime side (kokoro_onnx.py)")?;
+                onnx_versions = (
+                    json["onnxruntime"].as_str().unwrap_or("?").to_string(),
+                    json["kokoro_onnx"].as_str().unwrap_or("not installed").to_string(),
+                );
+                eprintln!("  onnxruntime: {:.2} s wall, {:.0} MiB", run.wall, run.peak_rss_mib);
+                onnx_runs.push(run);
+            }
         }
-        rows.push((name, phonemes.chars().count(), ours, theirs));
+        rows.push((name, phonemes.chars().count(), ours, theirs, onnx_runs));
     }
     let busy_after = machine::busy_fraction();
 
@@ -108,7 +165,7 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     writeln!(md, "Machine: {}.", machine::describe())?;
     writeln!(
         md,
-        "Command: `cargo xtask bench kokoro-process --threads {} --runs {}` (fresh processes, runs alternate f5 / reference, median of {}; machine {:.0}% busy before, {:.0}% after). Weights: `{}` (release layout), voice {VOICE}, seed 0, fp32. Reference: kokoro 0.9.4 `KModel`, torch {torch}.",
+        "Command: `cargo xtask bench kokoro-process --threads {} --runs {}` (fresh processes, runs alternate f5 / reference / onnxruntime, median of {}; machine {:.0}% busy before, {:.0}% after). Weights: `{}` (release layout), voice {VOICE}, seed 0, fp32. Reference: kokoro 0.9.4 `KModel`, torch {torch}.",
         o.threads,
         o.runs,
         o.runs,
@@ -116,20 +173,32 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
         busy_after * 100.0,
         model_dir.file_name().and_then(|n| n.to_str()).unwrap_or("?"),
     )?;
+    match &onnx_side {
+        Ok(_) => writeln!(
+            md,
+            "onnxruntime: kokoro-onnx's `kokoro-v1.0.int8.onnx` (int8 weights and int8 matmuls/convolutions, the model these weights are dequantised from), onnxruntime {} with kokoro-onnx {}'s inputs, session called directly, intra-op threads {}, inter-op 1.",
+            onnx_versions.0, onnx_versions.1, o.threads
+        )?,
+        Err(why) => writeln!(md, "onnxruntime: not measured in this run ({why}).")?,
+    }
     writeln!(md)?;
-    writeln!(md, "| input | audio | f5 wall | reference wall | f5 peak RSS | reference peak RSS | f5 / reference memory |")?;
-    writeln!(md, "|---|---|---|---|---|---|---|")?;
-    for (name, n, ours, theirs) in &rows {
+    writeln!(md, "| input | audio | f5 wall | reference wall | onnxruntime wall | f5 peak RSS | reference peak RSS | onnxruntime peak RSS | f5 / reference memory | f5 / onnxruntime memory |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
+    for (name, n, ours, theirs, onnx_runs) in &rows {
         let (our_rss, their_rss) = (median(ours, |r| r.peak_rss_mib), median(theirs, |r| r.peak_rss_mib));
+        let onnx_rss = (!onnx_runs.is_empty()).then(|| median(onnx_runs, |r| r.peak_rss_mib));
         writeln!(
             md,
-            "| {name} ({n} phonemes) | {:.2} s | {:.2} s | {:.2} s | {:.0} MiB | {:.0} MiB | {:.2}× |",
+            "| {name} ({n} phonemes) | {:.2} s | {:.2} s | {:.2} s | {} | {:.0} MiB | {:.0} MiB | {} | {:.2}× | {} |",
             median(ours, |r| r.audio_seconds),
             median(ours, |r| r.wall),
             median(theirs, |r| r.wall),
+            if onnx_runs.is_empty() { "—".to_string() } else { format!("{:.2} s", median(onnx_runs, |r| r.wall)) },
             our_rss,
             their_rss,
+            onnx_rss.map_or("—".to_string(), |x| format!("{x:.0} MiB")),
             our_rss / their_rss,
+            onnx_rss.map_or("—".to_string(), |x| format!("{:.2}×", our_rss / x)),
         )?;
     }
     writeln!(md)?;
@@ -138,8 +207,15 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     writeln!(md, "```")?;
     // Paths relative to the repository root (the reference's Python is named by its variable).
     let root_prefix = format!("{}/", root.display());
+    let shared_prefix = std::env::var("KOKORO_SHARED").ok().filter(|s| !s.is_empty()).map(|s| format!("{}/", s.trim_end_matches('/')));
     for c in &commands {
-        writeln!(md, "{}", c.replace(&root_prefix, ""))?;
+        let c = c.replace(&root_prefix, "");
+        // The voice pack's folder by its variable, not this machine's path.
+        let c = match &shared_prefix {
+            Some(p) => c.replace(p.as_str(), "$KOKORO_SHARED/"),
+            None => c,
+        };
+        writeln!(md, "{c}")?;
     }
     writeln!(md, "```")?;
     print!("{md}");

@@ -11,7 +11,9 @@
 //! the two paths are bit-identical or the command fails.
 //!
 //! The output is the Hugging Face release layout: `kokoro-v1_0.pth`, `config.json`,
-//! `voices/NAME.pt`, plus `conversion-report.json`. These weights are int8-damaged: never
+//! `voices/NAME.pt`, plus `conversion-report.json`, and the ONNX model itself
+//! (`kokoro-v1.0.int8.onnx`, checked against its pinned sha256) so onnxruntime can be benchmarked
+//! on exactly the model these weights come from (`cargo xtask bench kokoro`, `kokoro-process`). These weights are int8-damaged: never
 //! evidence of the released model's quality, and never to be called the released weights.
 
 mod convert;
@@ -43,6 +45,8 @@ const PARAMETERS: usize = 81_763_410;
 /// The local model id `--install` uses: clearly the int8-derived weights, never the release's name.
 const LOCAL_ID: &str = "kokoro-int8";
 const VOICE_ROWS: usize = 510;
+/// The ONNX model's file name in the output folder: kokoro-onnx's name for it.
+pub const ONNX_FILE: &str = "kokoro-v1.0.int8.onnx";
 const STYLE_DIM: usize = 256;
 
 struct Opts {
@@ -83,6 +87,14 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         let started = Instant::now();
         convert(root, &opts, &shared, &manifest)?;
         println!("kokoro-int8: wrote {} in {:.1} s", opts.out.display(), started.elapsed().as_secs_f64());
+    }
+    // Folders converted before the ONNX model was kept, and the reference conversion (which leaves
+    // it in its work folder): add it, from that file or the cached wheels.
+    if !opts.out.join(ONNX_FILE).is_file() {
+        let work = root.join("target/kokoro-int8-download");
+        let python_copy = work.join(ONNX_FILE);
+        let source = opts.onnx.clone().or_else(|| python_copy.is_file().then_some(python_copy));
+        write_onnx(&opts.out, &fetch::onnx_bytes(source.as_deref(), &work)?)?;
     }
     if opts.verify {
         verify(&opts.out, &manifest)?;
@@ -163,6 +175,7 @@ fn convert(root: &Path, opts: &Opts, shared: &Path, manifest: &Manifest) -> Resu
     let t0 = Instant::now();
     let bytes = fetch::onnx_bytes(opts.onnx.as_deref(), &root.join("target/kokoro-int8-download"))?;
     let t_fetch = t0.elapsed();
+    write_onnx(&opts.out, &bytes)?;
     let graph = onnx::Graph::decode(&bytes)?;
     drop(bytes);
     let flat = convert::dequantise(&graph)?;
@@ -244,6 +257,18 @@ fn convert(root: &Path, opts: &Opts, shared: &Path, manifest: &Manifest) -> Resu
         t_convert.as_secs_f64(),
         (t0.elapsed() - t_fetch - t_convert).as_secs_f64()
     );
+    Ok(())
+}
+
+/// Writes the (already checked) ONNX model into `out`, through a temporary name so a reader never
+/// sees half a model.
+fn write_onnx(out: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let path = out.join(ONNX_FILE);
+    let partial = out.join(format!(".{ONNX_FILE}.partial"));
+    std::fs::write(&partial, bytes).with_context(|| format!("cannot write {}", partial.display()))?;
+    std::fs::rename(&partial, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    println!("kokoro-int8: wrote {} (the int8 ONNX model, for onnxruntime benches)", path.display());
     Ok(())
 }
 

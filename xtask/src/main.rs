@@ -6,12 +6,14 @@
 //! - `pinyin-table`: regenerate f5-text's compressed pinyin table from pypinyin.
 //! - `bench kit|dit|vocos|text|synth|kokoro|kokoro-process …`: ours vs the reference in the same run, written into
 //!   `docs/benchmarks.md`.
+//! - `bench kokoro-stream …`: Kokoro's time to first audio through `f5 serve`'s streamed answer.
 //! - `bench serve …`: a load run of `f5 serve` on the tiny fixture model (`bench_serve`).
 //! - `fuzz [TARGET] [--seconds N]`: the cargo-fuzz targets in `fuzz/` (nightly).
 
 mod bench;
 mod bench_kokoro;
 mod bench_kokoro_process;
+mod bench_kokoro_stream;
 mod bench_serve;
 mod bench_synth;
 mod fuzz;
@@ -39,6 +41,8 @@ commands:
                                 (default: shared/kokoro beside the checkout).
                                 --verify reads the files back and checks them again, then loads them;
                                 --install lays them out as the local model $F5_HOME/models/kokoro-int8;
+                                Also keeps the ONNX model itself (kokoro-v1.0.int8.onnx) in DIR, for
+                                the onnxruntime columns of bench kokoro / kokoro-process.
                                 --python runs the reference fixtures/kokoro/int8_to_pth.py instead
                                 (KOKORO_REF_PYTHON or a venv made under target/ from requirements.txt)
   pinyin-table                  regenerate crates/f5-text/data/pinyin-table.zlib from the reference
@@ -50,10 +54,15 @@ commands:
                                 one DiT forward / a Vocos decode / the text front end vs the reference
   bench synth [--threads N] [--nfe 16,32] [--precision f32,bf16] [--runs 3] [--no-write]
   bench kokoro [--threads N] [--model kokoro-v1_0.pth-layout file] [--no-write]
-                                Kokoro's forward and its new ops vs kokoro 0.9.4 / PyTorch
+                                Kokoro's forward and its new ops vs kokoro 0.9.4 / PyTorch, and vs
+                                kokoro-onnx's int8 model on onnxruntime where F5_ONNX_PYTHON is set
   bench kokoro-process [--threads N] [--runs 3] [--model DIR] [--no-write]
-                                `f5 synth --phonemes` vs the reference KModel, one fresh process per
-                                utterance (int8-derived weights by default): wall time, peak RSS
+                                `f5 synth --phonemes` vs the reference KModel (and onnxruntime with
+                                F5_ONNX_PYTHON), one fresh process per utterance (int8-derived
+                                weights by default): wall time, peak RSS
+  bench kokoro-stream [--threads 2] [--runs 5] [--model DIR] [--no-write]
+                                time to first audio of a five-sentence text through `f5 serve`'s
+                                streamed POST /tts (warm server, int8-derived weights by default)
                                 whole `f5 synth` vs the reference's infer_process, fresh processes,
                                 wall time, RTF, first sample, peak RSS (median of the runs)
   bench serve [--clients N] [--requests N | --seconds S] [--burst N] [--queue N] [--no-write]
@@ -69,6 +78,7 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("fixtures") => fixtures(&root, &args[1..]),
         Some("bench") if args.get(1).is_some_and(|a| a == "serve") => bench_serve::run(&root, &args[2..]),
+        Some("bench") if args.get(1).is_some_and(|a| a == "kokoro-stream") => bench_kokoro_stream::run(&root, &args[2..]),
         Some("bench") => bench::run(&root, &args[1..]),
         Some("fuzz") => fuzz::run(&root, &args[1..]),
         Some("kokoro-int8") => kokoro_int8::run(&root, &args[1..]),

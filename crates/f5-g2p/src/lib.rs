@@ -22,7 +22,10 @@ mod token;
 
 use std::str::FromStr;
 
-pub use chunk::{en_tokenize, split_sentences, tokens_to_ps, tokens_to_text, Chunk, MAX_PHONEMES};
+pub use chunk::{
+    en_tokenize, first_piece_end, first_piece_end_text, next_piece_end, split_first_chunk, split_sentences, tokens_to_ps, tokens_to_text,
+    Chunk, FIRST_PIECE_MIN_PHONEMES, FIRST_SENTENCE_MAX_PHONEMES, MAX_PHONEMES, STREAM_GROWTH,
+};
 pub use english::{EnglishG2p, Fallback};
 pub use espeak::{espeak_available, EspeakFallback, EspeakG2p, ESPEAK_ENV};
 pub use timestamps::join_timestamps;
@@ -203,5 +206,38 @@ impl G2p {
             }
         }
         Ok(out)
+    }
+
+    /// The chunks to speak when the first audio should come soon: [`G2p::chunks`] with the first
+    /// chunk cut after its first sentence, or the first clause of a long one
+    /// ([`first_piece_end`]), so the first forward is short, and (English) the rest of that
+    /// chunk in growing pieces of whole sentences ([`next_piece_end`]) so playback need not
+    /// wait between them; every word is kept, in order, and the later chunks are the
+    /// reference's. Nothing is cut where a piece would be too short.
+    pub fn stream_chunks(&self, text: &str) -> Result<Vec<Chunk>, G2pError> {
+        let chunks = self.chunks(text)?;
+        match &self.engine {
+            Engine::English(_) => Ok(chunk::split_first_chunk(chunks)),
+            Engine::Espeak(g2p) => {
+                let mut chunks = chunks;
+                let Some(first) = chunks.first() else {
+                    return Ok(chunks);
+                };
+                let Some(cut) = first_piece_end_text(&first.graphemes) else {
+                    return Ok(chunks);
+                };
+                let (head, tail) = (first.graphemes[..cut].trim().to_string(), first.graphemes[cut..].trim().to_string());
+                let (head_ps, tail_ps) = (g2p.phonemize(&head)?, g2p.phonemize(&tail)?);
+                if head_ps.is_empty() || tail_ps.is_empty() {
+                    return Ok(chunks);
+                }
+                let pieces = [
+                    Chunk { graphemes: head, phonemes: chunk::truncate_phonemes(&head_ps), tokens: None },
+                    Chunk { graphemes: tail, phonemes: chunk::truncate_phonemes(&tail_ps), tokens: None },
+                ];
+                chunks.splice(0..1, pieces);
+                Ok(chunks)
+            }
+        }
     }
 }

@@ -60,3 +60,32 @@ fn espeak_paragraphs_chunk_like_kpipeline() {
         assert_eq!(got, want, "{name} chunks differ");
     }
 }
+
+/// Streaming's chunks through the real English front end: the first sentence alone, then the
+/// rest of the reference's first chunk in growing pieces of whole sentences; the pieces'
+/// phonemes are the reference's chunk split at spaces.
+#[test]
+fn stream_chunks_speak_the_first_sentence_first() {
+    let g2p = G2p::english(false, None).expect("en-us");
+    let text = "The old lighthouse stood at the edge of the cliff. Every night its lamp swept across the water, \
+                guiding the fishing boats home. The keeper climbed the stairs at dusk and wound the clockwork by hand. \
+                In winter the storms were so loud that he could not hear himself think. Still, he never missed a night.";
+    let reference = g2p.chunks(text).expect("chunks");
+    let streamed = g2p.stream_chunks(text).expect("stream chunks");
+    assert_eq!(reference.len(), 1, "a five-sentence paragraph is one reference chunk");
+    assert_eq!(streamed[0].graphemes, "The old lighthouse stood at the edge of the cliff.");
+    assert_eq!(streamed[1].graphemes, "Every night its lamp swept across the water, guiding the fishing boats home.");
+    let joined = |f: fn(&f5_g2p::Chunk) -> &str| streamed.iter().map(f).collect::<Vec<_>>().join(" ");
+    assert_eq!(joined(|c| &c.graphemes), reference[0].graphemes);
+    assert_eq!(joined(|c| &c.phonemes), reference[0].phonemes);
+    // Each piece after the first is within twice what was spoken before it (or one sentence).
+    let mut spoken = 0;
+    for c in &streamed {
+        let n = c.phonemes.chars().count();
+        assert!(spoken == 0 || n <= 2 * spoken || !c.graphemes.trim_end_matches('.').contains(". "), "{} after {spoken}", c.graphemes);
+        spoken += n + 1;
+    }
+    // One sentence: nothing to cut, the reference chunking unchanged.
+    let one = "The old lighthouse stood at the edge of the cliff.";
+    assert_eq!(g2p.stream_chunks(one).expect("one"), g2p.chunks(one).expect("one"));
+}

@@ -1,5 +1,9 @@
 //! Kokoro-82M behind the engine interface: text → the front end's chunks (≤ 510 phonemes each)
-//! → one forward per chunk in a named (or mixed) voice → 24 kHz samples.
+//! → one forward per chunk in a named (or mixed) voice → 24 kHz samples, each chunk handed to the
+//! sink as soon as it is spoken. The first chunk is the text's first sentence (or first clause of
+//! a long one, `G2p::stream_chunks`), and the rest of the first 510-phoneme chunk follows in
+//! growing pieces: a stream's first audio waits for one short forward, not a whole 510-phoneme
+//! one, and each next piece is ready before the audio already sent has played out.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -182,7 +186,7 @@ impl<B: Backend> SpeechEngine for KokoroEngine<B> {
             vec![Piece { text: text.trim().to_string(), phonemes: text.trim().to_string(), tokens: None }]
         } else {
             let g2p = self.front_end(name, opts)?;
-            g2p.chunks(text)?.into_iter().map(|c| Piece { text: c.graphemes, phonemes: c.phonemes, tokens: c.tokens }).collect()
+            g2p.stream_chunks(text)?.into_iter().map(|c| Piece { text: c.graphemes, phonemes: c.phonemes, tokens: c.tokens }).collect()
         };
         if pieces.is_empty() {
             return Err(SynthError::Options("the front end found nothing to say in the text".into()));
@@ -336,4 +340,60 @@ pub(crate) fn locate_voice(voices: &KokoroVoices, name: &str) -> Result<PathBuf,
 /// A voice name as the release spells them (`af_heart`): nothing that could reach a path.
 fn f5_voice_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use f5_gpukit::DeviceChoice;
+
+    use crate::engine::{SpeakOptions, VoiceRef};
+    use crate::open::{open_engine, DeviceOptions, KokoroVoices, ModelFiles};
+    use crate::synth::Progress;
+
+    #[derive(Debug, PartialEq)]
+    enum Event {
+        ChunkStarts(usize),
+        Samples(usize),
+    }
+
+    /// A stream hears the first sentence before the model starts on the rest: the sink gets the
+    /// first chunk's samples before chunk 1 begins (on the small fixture model, so it is cheap).
+    #[test]
+    fn the_first_sentence_reaches_the_sink_before_the_rest_is_spoken() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/kokoro/release-small");
+        let files = ModelFiles::Kokoro { checkpoint: dir.clone(), voices: KokoroVoices::in_model_dir(&dir) };
+        let engine = open_engine(&files, DeviceOptions::new(DeviceChoice::Cpu, 1)).expect("open the fixture model");
+        let text = "The quick brown fox jumps over the fence. The lazy dog sleeps in the warm sun all day long.";
+        let opts = SpeakOptions { seed: Some(3), ..SpeakOptions::default() };
+        let events = RefCell::new(Vec::new());
+        let spoken = engine
+            .speak(
+                &VoiceRef::Named("af_heart".into()),
+                text,
+                &opts,
+                &mut |p| {
+                    if let Progress::Chunk { index, .. } = p {
+                        events.borrow_mut().push(Event::ChunkStarts(index));
+                    }
+                },
+                &mut |block| {
+                    if !block.is_empty() {
+                        events.borrow_mut().push(Event::Samples(block.len()));
+                    }
+                },
+            )
+            .expect("speak");
+        assert_eq!(
+            spoken.chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>(),
+            ["The quick brown fox jumps over the fence.", "The lazy dog sleeps in the warm sun all day long."]
+        );
+        let events = events.into_inner();
+        assert_eq!(events.len(), 4, "{events:?}");
+        assert_eq!(events[0], Event::ChunkStarts(0));
+        assert_eq!(events[1], Event::Samples(spoken.chunks[0].samples), "the first chunk whole, before the second starts");
+        assert_eq!(events[2], Event::ChunkStarts(1));
+        assert_eq!(events[3], Event::Samples(spoken.chunks[1].samples));
+    }
 }
