@@ -328,6 +328,8 @@ pub fn run(args: SynthArgs) -> Result<()> {
     opts.phonemes = args.phonemes;
     opts.word_timestamps = args.word_timestamps;
     opts.split_on_fail = !args.no_split_on_fail;
+    // Audio piped to a player starts after one short chunk (Kokoro); a file keeps the reference's chunks.
+    opts.quick_start = to_stdout;
     if (args.save_mel.is_some() || args.spectrogram.is_some()) && !engine.info().clones_from_recording {
         bail!("--save-mel and --spectrogram show the mel an F5 model generates; this model makes audio directly");
     }

@@ -63,6 +63,8 @@ pub(crate) async fn stream(
 ) -> Result<Response, ApiError> {
     // The seed is chosen here, so the header can carry it before the audio is done.
     let seed = *options.seed.get_or_insert_with(f5_synth::random_seed);
+    // A streamed answer starts with a short first chunk (Kokoro; F5 ignores it).
+    options.quick_start = true;
     let (tx, rx) = mpsc::channel::<Vec<f32>>(BLOCKS_IN_FLIGHT);
     let deadline = Instant::now() + state.config().job_timeout;
     let spec = JobSpec { model, voice, text, options, deadline, stream: Some(tx) };
@@ -88,6 +90,10 @@ pub(crate) async fn stream_dialogue(
     framing: Framing,
 ) -> Result<Response, ApiError> {
     let seeds: Vec<u64> = lines.iter_mut().map(|l| *l.options.seed.get_or_insert_with(f5_synth::random_seed)).collect();
+    if let Some(first) = lines.first_mut() {
+        // The first line starts the stream: its first audio comes after one short chunk.
+        first.options.quick_start = true;
+    }
     let (tx, rx) = mpsc::channel::<Vec<f32>>(BLOCKS_IN_FLIGHT);
     let (done_tx, done_rx) = oneshot::channel();
     // The first line is queued here, so a full queue is an ordinary 503.

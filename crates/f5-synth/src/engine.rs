@@ -94,6 +94,11 @@ pub struct SpeakOptions {
     /// Split-on-fail (on by default; acts only with a transcriber): a chunk still misheard after
     /// its retries is cut into sentences, each generated and checked on its own.
     pub split_on_fail: bool,
+    /// Kokoro: speak the text's first sentence (or the first clause of a long one) as a chunk of
+    /// its own and the rest of the first chunk in growing pieces (`G2p::stream_chunks`), so the
+    /// first audio waits for one short forward. For streamed answers; off, the text is spoken
+    /// in the reference pipeline's chunks of up to 510 phonemes (fewer joins, fewer forwards).
+    pub quick_start: bool,
 }
 
 impl Default for SpeakOptions {
@@ -114,6 +119,7 @@ impl Default for SpeakOptions {
             phonemes: false,
             word_timestamps: false,
             split_on_fail: true,
+            quick_start: false,
         }
     }
 }
@@ -133,6 +139,7 @@ setters!(SpeakOptions {
     with_phonemes => phonemes: bool,
     with_word_timestamps => word_timestamps: bool,
     with_split_on_fail => split_on_fail: bool,
+    with_quick_start => quick_start: bool,
 });
 
 impl SpeakOptions {

@@ -1,9 +1,10 @@
 //! Kokoro-82M behind the engine interface: text → the front end's chunks (≤ 510 phonemes each)
 //! → one forward per chunk in a named (or mixed) voice → 24 kHz samples, each chunk handed to the
-//! sink as soon as it is spoken. The first chunk is the text's first sentence (or first clause of
-//! a long one, `G2p::stream_chunks`), and the rest of the first 510-phoneme chunk follows in
-//! growing pieces: a stream's first audio waits for one short forward, not a whole 510-phoneme
-//! one, and each next piece is ready before the audio already sent has played out.
+//! sink as soon as it is spoken. With [`SpeakOptions::quick_start`] (streamed answers) the first
+//! chunk is the text's first sentence (or first clause of a long one, `G2p::stream_chunks`), and
+//! the rest of the first 510-phoneme chunk follows in growing pieces: a stream's first audio waits
+//! for one short forward, not a whole 510-phoneme one, and each next piece is ready before the
+//! audio already sent has played out.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -186,7 +187,8 @@ impl<B: Backend> SpeechEngine for KokoroEngine<B> {
             vec![Piece { text: text.trim().to_string(), phonemes: text.trim().to_string(), tokens: None }]
         } else {
             let g2p = self.front_end(name, opts)?;
-            g2p.stream_chunks(text)?.into_iter().map(|c| Piece { text: c.graphemes, phonemes: c.phonemes, tokens: c.tokens }).collect()
+            let chunks = if opts.quick_start { g2p.stream_chunks(text)? } else { g2p.chunks(text)? };
+            chunks.into_iter().map(|c| Piece { text: c.graphemes, phonemes: c.phonemes, tokens: c.tokens }).collect()
         };
         if pieces.is_empty() {
             return Err(SynthError::Options("the front end found nothing to say in the text".into()));
@@ -358,15 +360,26 @@ mod tests {
         Samples(usize),
     }
 
-    /// A stream hears the first sentence before the model starts on the rest: the sink gets the
-    /// first chunk's samples before chunk 1 begins (on the small fixture model, so it is cheap).
+    /// A stream hears the first sentence before the model starts on the rest: with `quick_start`
+    /// the sink gets the first chunk's samples before chunk 1 begins (on the small fixture model,
+    /// so it is cheap); without it the two sentences are one chunk, as the reference speaks them.
     #[test]
     fn the_first_sentence_reaches_the_sink_before_the_rest_is_spoken() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/kokoro/release-small");
         let files = ModelFiles::Kokoro { checkpoint: dir.clone(), voices: KokoroVoices::in_model_dir(&dir) };
         let engine = open_engine(&files, DeviceOptions::new(DeviceChoice::Cpu, 1)).expect("open the fixture model");
         let text = "The quick brown fox jumps over the fence. The lazy dog sleeps in the warm sun all day long.";
-        let opts = SpeakOptions { seed: Some(3), ..SpeakOptions::default() };
+        let whole = engine
+            .speak(
+                &VoiceRef::Named("af_heart".into()),
+                text,
+                &SpeakOptions { seed: Some(3), ..SpeakOptions::default() },
+                &mut |_| {},
+                &mut |_| {},
+            )
+            .expect("speak without quick_start");
+        assert_eq!(whole.chunks.len(), 1, "without quick_start the text is the reference's one chunk");
+        let opts = SpeakOptions { seed: Some(3), quick_start: true, ..SpeakOptions::default() };
         let events = RefCell::new(Vec::new());
         let spoken = engine
             .speak(
