@@ -225,7 +225,7 @@ impl Backend for CpuBf16Backend {
     }
 
     /// Attention in bf16 with f32 accumulation (q, k, v and the softmax weights rounded to bf16,
-    /// exact f32 softmax), every shape the f32 op takes; see [`attention`].
+    /// exact f32 softmax), every shape the f32 op takes (the kernel is `cpu/bf16/attention.rs`).
     fn attention(&self, spec: &AttentionSpec, q: &CpuBuf, k: &CpuBuf, v: &CpuBuf, out: &mut CpuBuf) -> Result<()> {
         let op = "attention";
         let (q, k, v, out) = (q.f32(op)?, k.f32(op)?, v.f32(op)?, out.f32_mut(op)?);
