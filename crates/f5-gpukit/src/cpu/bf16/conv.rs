@@ -55,7 +55,7 @@ pub(crate) fn conv1d_dense(cpu: Avx512Bf16, spec: &Conv1dSpec, x: &[f32], w: &[u
                 let tiles = rows.div_ceil(MR);
                 let mut a = vec![0u32; tiles * kp * MR];
                 for (t, tile) in a.chunks_mut(kp * MR).enumerate() {
-                    pack_rows(col, kc, t * MR, rows, tile);
+                    pack_rows(cpu, col, kc, t * MR, rows, tile);
                 }
                 for kb in (0..kp).step_by(KC_PAIRS) {
                     let pairs = KC_PAIRS.min(kp - kb);
@@ -106,7 +106,7 @@ fn pack_filters(spec: &Conv1dSpec, w: &[u16], j0: usize, panel: &mut [u32]) {
 /// Rows `r0..r0 + MR` of the f32 im2col block `col` (`rows × kc`) as one A micro-tile,
 /// `[kc/2][MR]` dwords of bf16 pairs, each value rounded to bf16 here; rows past `rows` and the
 /// half pair past an odd `kc` are zero.
-fn pack_rows(col: &[f32], kc: usize, r0: usize, rows: usize, tile: &mut [u32]) {
+fn pack_rows(cpu: Avx512Bf16, col: &[f32], kc: usize, r0: usize, rows: usize, tile: &mut [u32]) {
     let kp = kc.div_ceil(2);
     for r in 0..MR {
         if r0 + r >= rows {
@@ -116,10 +116,62 @@ fn pack_rows(col: &[f32], kc: usize, r0: usize, rows: usize, tile: &mut [u32]) {
             continue;
         }
         let row = &col[(r0 + r) * kc..(r0 + r + 1) * kc];
-        for (p, pair) in row.chunks(2).enumerate() {
+        // Whole runs of 32 values convert 32 at a time; the rest (and other CPUs' tests) below.
+        let done = vector_pairs(cpu, row, r, tile);
+        for (p, pair) in row.chunks(2).enumerate().skip(done) {
             let lo = to_bf16(pair[0]) as u32;
             let hi = pair.get(1).map_or(0, |&v| to_bf16(v) as u32);
             tile[p * MR + r] = lo | (hi << 16);
+        }
+    }
+}
+
+/// Packs the pairs of `row` that fill whole 32-value runs into column `r` of the tile with
+/// `vcvtne2ps2bf16` (round to nearest even, as [`to_bf16`]; it also reads subnormal inputs as
+/// zero, which model activations never are); returns how many pairs it packed. This conversion
+/// was as costly as the multiply when done one value at a time.
+fn vector_pairs(cpu: Avx512Bf16, row: &[f32], r: usize, tile: &mut [u32]) -> usize {
+    let runs = row.len() / 32;
+    assert!(r < MR && tile.len() > (runs * 16).saturating_sub(1) * MR + r, "tile too short");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `cpu` proves AVX-512 F and BF16; `row` holds `runs·32` values and the tile the
+    // stores (checked above).
+    unsafe {
+        let _ = cpu;
+        x86::pack_runs(row.as_ptr(), runs, r, tile.as_mut_ptr());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (cpu, tile);
+        unreachable!("AVX-512 BF16 token off x86-64")
+    }
+    runs * 16
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::MR;
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX-512 F and BF16 present; `row` holds `runs·32` floats; `tile` holds index
+    /// `(runs·16 − 1)·MR + r`.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn pack_runs(row: *const f32, runs: usize, r: usize, tile: *mut u32) {
+        for c in 0..runs {
+            // SAFETY (whole block): within the bounds of the caller's contract.
+            unsafe {
+                let lo = _mm512_loadu_ps(row.add(32 * c));
+                let hi = _mm512_loadu_ps(row.add(32 * c + 16));
+                // Low half from `lo`, high half from `hi`: bf16 values in row order, so dword i
+                // is the pair (2i, 2i + 1).
+                let pairs: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+                let mut dwords = [0u32; 16];
+                _mm512_storeu_si512(dwords.as_mut_ptr() as *mut __m512i, pairs);
+                for (i, &d) in dwords.iter().enumerate() {
+                    *tile.add((16 * c + i) * MR + r) = d;
+                }
+            }
         }
     }
 }
