@@ -10,12 +10,17 @@
 //!
 //! Options: `--fixtures DIR` (default `fixtures/kokoro`), `--iters N` (default 5), `--only short|long`,
 //! `--stages` (one extra traced run per input: the time between consecutive trace points, which
-//! includes copying each traced activation to the host).
+//! includes copying each traced activation to the host), `--precision f32|bf16|both` (default
+//! f32): `bf16` runs on `CpuBf16Backend` (Linear weights and the generator's dense convs in bf16;
+//! needs AVX-512 BF16); `both` times f32 and bf16 back to back per input and prints how far the
+//! bf16 run is from the f32 one (rel-L2 of F0, N, and of the audio of the whole forward and of
+//! the decoder alone fed the f32 run's F0, N and features).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use f5_kokoro::{CpuBackend, Kokoro, KokoroConfig, Trace};
+use f5_gpukit::Backend;
+use f5_kokoro::{CpuBackend, CpuBf16Backend, Kokoro, KokoroConfig, Trace};
 use f5_nn::Weights;
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -31,6 +36,7 @@ struct Args {
     iters: usize,
     only: Option<String>,
     stages: bool,
+    precision: String,
 }
 
 fn parse_args() -> AnyResult<Args> {
@@ -42,6 +48,7 @@ fn parse_args() -> AnyResult<Args> {
         iters: 5,
         only: None,
         stages: false,
+        precision: "f32".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -54,6 +61,7 @@ fn parse_args() -> AnyResult<Args> {
             "--iters" => a.iters = value()?.parse()?,
             "--only" => a.only = Some(value()?),
             "--stages" => a.stages = true,
+            "--precision" => a.precision = value()?,
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -95,13 +103,86 @@ fn best_of(iters: usize, mut f: impl FnMut() -> AnyResult<()>) -> AnyResult<(f64
     Ok((best, (cpu_seconds() - cpu0) / iters.max(1) as f64))
 }
 
+/// What one timed input leaves for the comparison: the traced F0, N and aligned features, the
+/// durations, and the audio.
+struct Outcome {
+    f0: Vec<f32>,
+    n: Vec<f32>,
+    asr: Vec<f32>,
+    durations: Vec<usize>,
+    audio: Vec<f32>,
+}
+
+fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    if got.len() != want.len() {
+        return f64::NAN;
+    }
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        num += (g as f64 - w as f64).powi(2);
+        den += (w as f64).powi(2);
+    }
+    (num / den.max(1e-300)).sqrt()
+}
+
+/// Times `model` on one input (and prints its stages with `--stages`); returns its outputs.
+fn time_one<B: Backend>(a: &Args, label: &str, model: &Kokoro<B>, ids: &[u32], style: &[f32], speed: f32) -> AnyResult<Outcome> {
+    let mut samples = 0;
+    let (whole, whole_cpu) = best_of(a.iters, || {
+        samples = model.forward(ids, style, speed, 0, Trace::off())?.audio.len();
+        Ok(())
+    })?;
+    let (half, half_cpu) = best_of(a.iters, || {
+        model.align(ids, style, speed, &mut Trace::off())?;
+        Ok(())
+    })?;
+    let audio = samples as f64 / SAMPLE_RATE;
+    println!(
+        "{label}: {} ids, {audio:.2} s audio: forward {whole:.3} s (RTF {:.3}, CPU {whole_cpu:.2} s), align {half:.3} s (CPU {half_cpu:.2} s), decode {:.3} s",
+        ids.len(),
+        whole / audio,
+        whole - half
+    );
+    if a.stages {
+        let mut last = Instant::now();
+        let mut marks: Vec<(String, f64)> = Vec::new();
+        let mut sink = |label: &str, _: Vec<f32>| {
+            let now = Instant::now();
+            marks.push((label.to_string(), (now - last).as_secs_f64()));
+            last = now;
+        };
+        model.forward(ids, style, speed, 0, Trace::to(&mut sink))?;
+        for (label, secs) in &marks {
+            println!("  {label:<24} {:8.2} ms", secs * 1e3);
+        }
+    }
+    let (mut f0, mut n, mut asr) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sink = |name: &str, data: Vec<f32>| match name {
+        "F0" => f0 = data,
+        "N" => n = data,
+        "asr" => asr = data,
+        _ => {}
+    };
+    let speech = model.forward(ids, style, speed, 0, Trace::to(&mut sink))?;
+    Ok(Outcome { f0, n, asr, durations: speech.durations, audio: speech.audio })
+}
+
 fn main() -> AnyResult<()> {
     let a = parse_args()?;
-    let kit = CpuBackend::with_threads(a.threads)?;
+    let (run_f32, run_bf16) = match a.precision.as_str() {
+        "f32" => (true, false),
+        "bf16" => (false, true),
+        "both" => (true, true),
+        other => return Err(format!("--precision {other}: expected f32, bf16 or both").into()),
+    };
     let config = KokoroConfig::open(&a.config)?;
     let mut w = Weights::open(&a.model)?;
-    let model = Kokoro::from_weights(&mut w, config, kit)?;
+    let m32 = if run_f32 { Some(Kokoro::from_weights(&mut w, config.clone(), CpuBackend::with_threads(a.threads)?)?) } else { None };
+    let m16 = if run_bf16 { Some(Kokoro::from_weights(&mut w, config, CpuBf16Backend::with_threads(a.threads)?)?) } else { None };
     drop(w);
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        println!("load average before: {}", load.trim());
+    }
     let dir = a.fixtures.join("whole_full");
     for (name, prefix, speed) in [("short", "short_heart_s1", 1.0f32), ("long", "long510_mix_s0.8", 0.8)] {
         if a.only.as_deref().is_some_and(|o| o != name) {
@@ -109,35 +190,25 @@ fn main() -> AnyResult<()> {
         }
         let ids: Vec<u32> = npy_f32(&dir.join(format!("{prefix}_ids.npy")))?.iter().map(|&v| v as u32).collect();
         let style = npy_f32(&dir.join(format!("{prefix}_ref_s.npy")))?;
-        let mut samples = 0;
-        let (whole, whole_cpu) = best_of(a.iters, || {
-            samples = model.forward(&ids, &style, speed, 0, Trace::off())?.audio.len();
-            Ok(())
-        })?;
-        let (half, half_cpu) = best_of(a.iters, || {
-            model.align(&ids, &style, speed, &mut Trace::off())?;
-            Ok(())
-        })?;
-        let audio = samples as f64 / SAMPLE_RATE;
-        println!(
-            "{name}: {} ids, {audio:.2} s audio: forward {whole:.3} s (RTF {:.3}, CPU {whole_cpu:.2} s), align {half:.3} s (CPU {half_cpu:.2} s), decode {:.3} s",
-            ids.len(),
-            whole / audio,
-            whole - half
-        );
-        if a.stages {
-            let mut last = Instant::now();
-            let mut marks: Vec<(String, f64)> = Vec::new();
-            let mut sink = |label: &str, _: Vec<f32>| {
-                let now = Instant::now();
-                marks.push((label.to_string(), (now - last).as_secs_f64()));
-                last = now;
-            };
-            model.forward(&ids, &style, speed, 0, Trace::to(&mut sink))?;
-            for (label, secs) in &marks {
-                println!("  {label:<24} {:8.2} ms", secs * 1e3);
-            }
+        let o32 = m32.as_ref().map(|m| time_one(&a, &format!("{name} f32"), m, &ids, &style, speed)).transpose()?;
+        let o16 = m16.as_ref().map(|m| time_one(&a, &format!("{name} bf16"), m, &ids, &style, speed)).transpose()?;
+        if let (Some(o32), Some(o16), Some(m16)) = (&o32, &o16, &m16) {
+            let changed = o32.durations.iter().zip(&o16.durations).filter(|(x, y)| x != y).count();
+            // The decoder alone in bf16, fed the f32 run's F0, N and features: the generator's error.
+            let aligned = m16.aligned_from_host(o32.durations.clone(), &o32.f0, &o32.n, &o32.asr)?;
+            let decoded = m16.decode(&aligned, &style, 0, &mut Trace::off())?;
+            println!(
+                "{name} bf16 vs f32: {changed} of {} durations differ; rel-L2 F0 {:.2e}, N {:.2e}, audio {:.2e}; decoder alone: audio {:.2e}",
+                o32.durations.len(),
+                rel_l2(&o16.f0, &o32.f0),
+                rel_l2(&o16.n, &o32.n),
+                rel_l2(&o16.audio, &o32.audio),
+                rel_l2(&decoded, &o32.audio)
+            );
         }
+    }
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        println!("load average after: {}", load.trim());
     }
     Ok(())
 }

@@ -186,9 +186,11 @@ impl<B: Backend> AdaInResBlock1<B> {
         let mut s = w.scope(name);
         let mut blk = AdaInResBlock1 { convs1: vec![], convs2: vec![], adain1: vec![], adain2: vec![], alpha1: vec![], alpha2: vec![], c };
         for (j, &d) in dilations.iter().enumerate() {
+            // The generator's dense convs, its bulk of arithmetic: GEMM weights (bf16 on the bf16
+            // CPU backend).
             let same = |dil: usize| Conv1dSpec::new(1, 0, c, c, kernel).dilation(dil).pad((kernel * dil - dil) / 2);
-            blk.convs1.push(Conv1d::load(&mut s, kit, &format!("convs1.{j}"), same(d), true)?);
-            blk.convs2.push(Conv1d::load(&mut s, kit, &format!("convs2.{j}"), same(1), true)?);
+            blk.convs1.push(Conv1d::load_weight(&mut s, kit, &format!("convs1.{j}"), same(d), true)?);
+            blk.convs2.push(Conv1d::load_weight(&mut s, kit, &format!("convs2.{j}"), same(1), true)?);
             blk.adain1.push(AdaIn::load(&mut s, kit, &format!("adain1.{j}"), style_dim, c)?);
             blk.adain2.push(AdaIn::load(&mut s, kit, &format!("adain2.{j}"), style_dim, c)?);
             blk.alpha1.push(s.tensor(kit, &format!("alpha1.{j}"), &[1, c, 1])?);

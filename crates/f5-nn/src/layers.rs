@@ -88,6 +88,18 @@ impl<B: Backend> Conv1d<B> {
         Ok(Conv1d { weight: kit.upload(&weight)?, bias, spec })
     }
 
+    /// As [`Conv1d::load`], but the filters go through [`Backend::upload_weight`], as a
+    /// [`Linear`]'s do: a backend may then keep them in reduced precision (bf16 on
+    /// `CpuBf16Backend`, whose dense convolutions run on its bf16 GEMM kernel). For the big dense
+    /// convolutions whose cost that cuts; small or precision-critical ones stay on `load`.
+    pub fn load_weight(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
+        let mut s = w.scope(name);
+        let groups = spec.groups.max(1);
+        let weight = s.host_normed("weight", &[spec.c_out, spec.c_in / groups, spec.kernel])?;
+        let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
+        Ok(Conv1d { weight: kit.upload_weight(&weight)?, bias, spec })
+    }
+
     /// Output rows for an input of `n` rows.
     /// Output length for an input of `n` steps.
     pub fn n_out(&self, n: usize) -> usize {

@@ -353,7 +353,7 @@ fn pack_a_tile<A: Bits + ?Sized>(a: &A, ao: usize, l: &MatLayout, k: usize, r0: 
 
 /// `acc[r·NR + j] = Σ_p A-pair(r, p) · B-pair(p, j)` over `pairs` pairs of packed A (`[pairs][MR]`)
 /// and packed B (`[pairs][NR]`).
-fn micro_kernel(cpu: Avx512Bf16, pairs: usize, a: &[u32], b: &[u32], acc: &mut [f32; MR * NR]) {
+pub(super) fn micro_kernel(cpu: Avx512Bf16, pairs: usize, a: &[u32], b: &[u32], acc: &mut [f32; MR * NR]) {
     assert!(a.len() >= pairs * MR && b.len() >= pairs * NR, "micro-kernel operands too short");
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `cpu` proves AVX-512 F and BF16 are present; lengths checked above.

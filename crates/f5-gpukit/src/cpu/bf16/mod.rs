@@ -4,14 +4,15 @@
 //! f32; no f32 copy is kept), and every GEMM with such an operand runs on the AVX-512 BF16
 //! kernel of [`gemm`]: the other operand is rounded to bf16 while it is packed, products are
 //! summed in f32, and C stays f32. Attention also computes in bf16 with f32 accumulation
-//! ([`attention`]: q, k, v and the softmax weights rounded to bf16, exact f32 softmax).
+//! ([`attention`]: q, k, v and the softmax weights rounded to bf16, exact f32 softmax), and a
+//! dense `conv1d` with a bf16 filter bank runs on the same kernel ([`conv`]).
 //! Everything else is the f32 [`CpuBackend`], which this type wraps: its buffers are the same
 //! `Vec<f32>`, its thread pool is the same pool.
 //!
-//! A bf16 weight is a GEMM operand only. It can be read back (`download`, `read`, `copy` out of
+//! A bf16 weight is a GEMM or `conv1d` operand only. It can be read back (`download`, `read`, `copy` out of
 //! it give its bf16 values as f32) and written (`write`, `fill`, `copy` into it round to bf16),
 //! and every other op refuses it with a shape error naming the op: model code that used a weight
-//! outside a GEMM would otherwise silently need the f32 copy this backend does not keep.
+//! outside a GEMM or convolution would otherwise silently need the f32 copy this backend does not keep.
 //!
 //! There is no slow path: [`CpuBf16Backend::with_threads`] refuses a CPU without AVX-512 BF16,
 //! naming the missing extension.
@@ -19,6 +20,7 @@
 pub(crate) mod attention;
 #[cfg(test)]
 mod attention_tests;
+pub(crate) mod conv;
 pub(crate) mod gemm;
 #[cfg(test)]
 mod tests;
@@ -116,7 +118,10 @@ impl CpuBuf {
 }
 
 fn not_f32(op: &'static str) -> KitError {
-    shape_err(op, "operand is a bf16 GEMM weight (upload_weight on the bf16 CPU backend); only gemm and the copy/read/write calls take it")
+    shape_err(
+        op,
+        "operand is a bf16 GEMM weight (upload_weight on the bf16 CPU backend); only gemm, conv1d and the copy/read/write calls take it",
+    )
 }
 
 /// The CPU backend with GEMM weights in bf16 and the AVX-512 BF16 kernel; see the module docs.
@@ -278,10 +283,27 @@ impl Backend for CpuBf16Backend {
         self.f32.merge_heads(src.f32(op)?, batch, n, heads, hd, dst.f32_mut(op)?)
     }
 
+    /// With a bf16 filter bank, a dense convolution (`groups == 1`) runs on the bf16 kernel
+    /// ([`conv`]: the im2col values rounded to bf16 as they are packed, f32 sums and output); a
+    /// grouped or depthwise one runs in f32 on the filters widened from bf16 (a copy per call:
+    /// upload those filters with `upload`). With f32 filters, the f32 convolution.
     fn conv1d(&self, spec: &Conv1dSpec, x: &CpuBuf, weight: &CpuBuf, bias: Option<&CpuBuf>, y: &mut CpuBuf) -> Result<()> {
         let op = "conv1d";
         let bias = bias.map(|b| b.f32(op)).transpose()?;
-        self.f32.conv1d(spec, x.f32(op)?, weight.f32(op)?, bias, y.f32_mut(op)?)
+        let (x, y) = (x.f32(op)?, y.f32_mut(op)?);
+        match &weight.0 {
+            Repr::F32(w) => self.f32.conv1d(spec, x, w, bias, y),
+            Repr::Bf16(w) => {
+                spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
+                if spec.groups == 1 {
+                    self.f32.run(|| conv::conv1d_dense(self.cpu, spec, x, w, bias.map(|b| b.as_slice()), y));
+                    Ok(())
+                } else {
+                    let wide: Vec<f32> = w.iter().map(|&b| gemm::from_bf16(b)).collect();
+                    self.f32.conv1d(spec, x, &wide, bias, y)
+                }
+            }
+        }
     }
 
     fn activation(&self, act: Activation, x: &mut CpuBuf, len: usize) -> Result<()> {

@@ -1,0 +1,237 @@
+//! The bf16 dense convolution against a scalar reference of its exact arithmetic (where the CPU
+//! has AVX-512 BF16) and against an f64 convolution with a bound derived from bf16 rounding (on
+//! every machine; the reference stands in for the kernel where the CPU lacks the feature).
+//!
+//! Tolerances:
+//! - kernel vs exact reference: both sum the same f32 products (bf16 × bf16 is exact in f32),
+//!   in different orders, so each is within `γ_kc · Σ|terms|` of the exact sum (`γ_n ≈ n·2⁻²⁴`)
+//!   and they differ by at most twice that (plus the bias addition's rounding).
+//! - reference vs f64: rounding each operand to bf16 changes a product by at most
+//!   `(1 + 2⁻⁸)² − 1 < 2⁻⁷ + 2⁻¹⁶` relative, plus the f32 summation bound above.
+//!
+//! Wrong variants (weights left unrounded, inputs left unrounded, taps read one step off) are
+//! run through the same checks and must fail them.
+
+use super::conv1d_dense;
+use crate::cpu::bf16::gemm::{from_bf16, to_bf16, Avx512Bf16};
+use crate::cpu::bf16::CpuBf16Backend;
+use crate::spec::{Conv1dSpec, PadMode};
+use crate::{Backend, CpuBackend};
+
+/// xorshift64*: deterministic test data without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [−1, 1).
+    fn sym(&mut self) -> f32 {
+        ((self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+    }
+    fn vec(&mut self, len: usize) -> Vec<f32> {
+        (0..len).map(|_| self.sym()).collect()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Variant {
+    /// The arithmetic the kernel implements.
+    Exact,
+    /// Wrong: filters used at f32 precision.
+    UnroundedWeights,
+    /// Wrong: im2col values used at f32 precision.
+    UnroundedInputs,
+    /// Wrong: each tap reads one input row further on.
+    TapOffByOne,
+}
+
+/// `(y, Σ|terms| per output)`: y in f32 with products of bf16-rounded operands summed in (tap,
+/// channel) order after the bias (as a variant says), the magnitudes for the error bounds.
+fn reference(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, variant: Variant) -> (Vec<f32>, Vec<f64>) {
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, stride, dilation, pad, .. } = *spec;
+    let n_out = spec.n_out();
+    let round = |v: f32, keep: bool| if keep { v } else { from_bf16(to_bf16(v)) };
+    let shift = usize::from(variant == Variant::TapOffByOne);
+    let mut y = vec![0.0f32; batch * n_out * c_out];
+    let mut mag = vec![0.0f64; y.len()];
+    for b in 0..batch {
+        for t in 0..n_out {
+            for co in 0..c_out {
+                let mut acc = 0.0f32;
+                let mut m = 0.0f64;
+                for k in 0..kernel {
+                    let Some(s) = spec.pad_mode.source(t * stride + k * dilation + shift, pad, n) else { continue };
+                    for ci in 0..c_in {
+                        let xv = round(x[(b * n + s) * c_in + ci], variant == Variant::UnroundedInputs);
+                        let wv = round(w[(co * c_in + ci) * kernel + k], variant == Variant::UnroundedWeights);
+                        acc += xv * wv;
+                        m += (x[(b * n + s) * c_in + ci] as f64 * w[(co * c_in + ci) * kernel + k] as f64).abs();
+                    }
+                }
+                let i = (b * n_out + t) * c_out + co;
+                y[i] = bias.map_or(0.0, |bv| bv[co]) + acc;
+                mag[i] = m;
+            }
+        }
+    }
+    (y, mag)
+}
+
+/// The exact convolution in f64 of the unrounded operands.
+fn conv_f64(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f64> {
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, stride, dilation, pad, .. } = *spec;
+    let n_out = spec.n_out();
+    let mut y = vec![0.0f64; batch * n_out * c_out];
+    for b in 0..batch {
+        for t in 0..n_out {
+            for co in 0..c_out {
+                let mut acc = bias.map_or(0.0, |bv| bv[co] as f64);
+                for k in 0..kernel {
+                    let Some(s) = spec.pad_mode.source(t * stride + k * dilation, pad, n) else { continue };
+                    for ci in 0..c_in {
+                        acc += x[(b * n + s) * c_in + ci] as f64 * w[(co * c_in + ci) * kernel + k] as f64;
+                    }
+                }
+                y[(b * n_out + t) * c_out + co] = acc;
+            }
+        }
+    }
+    y
+}
+
+/// Outputs outside `|got − want| ≤ rel · Σ|terms| + 1e-30`.
+fn violations(got: &[f32], want: &[f64], mag: &[f64], rel: f64) -> usize {
+    got.iter().zip(want).zip(mag).filter(|((&g, &w), &m)| (g as f64 - w).abs() > rel * m + 1e-30).count()
+}
+
+/// f32 summation bound for `terms` products (and a bias): `(terms + 2)·2⁻²⁴`.
+fn f32_sum_bound(terms: usize) -> f64 {
+    (terms + 2) as f64 * 2f64.powi(-24)
+}
+
+/// Shapes: (batch, n, c_in, c_out, kernel, stride, dilation, pad, pad mode). They cover the
+/// generator's k3/k7/k11 with dilations 1/3/5, stride 2, padding on both sides, odd `K·c_in`,
+/// more than one k block (`K·c_in > 2·KC_PAIRS`), channels not a multiple of the 32-wide tile,
+/// and row counts that are not a multiple of the 12-row tile or the row block.
+fn shapes() -> Vec<Conv1dSpec> {
+    let s = |batch, n, c_in, c_out, kernel, stride, dilation, pad| {
+        Conv1dSpec::new(batch, n, c_in, c_out, kernel).stride(stride).dilation(dilation).pad(pad)
+    };
+    vec![
+        s(2, 37, 5, 7, 3, 1, 1, 1),
+        s(1, 50, 16, 40, 7, 1, 3, 9),
+        s(1, 100, 33, 3, 11, 1, 5, 25),
+        s(1, 29, 8, 8, 4, 2, 2, 3),
+        s(1, 211, 100, 33, 7, 1, 1, 3),
+        s(1, 5, 3, 2, 3, 1, 1, 0),
+        s(1, 40, 6, 9, 5, 1, 1, 2).pad_mode(PadMode::Reflect),
+    ]
+}
+
+fn data(spec: &Conv1dSpec, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let mut rng = Rng(seed);
+    let x = rng.vec(spec.batch * spec.n * spec.c_in);
+    let w = rng.vec(spec.c_out * (spec.c_in / spec.groups) * spec.kernel);
+    let bias = rng.vec(spec.c_out);
+    (x, w, bias)
+}
+
+fn kernel_available(test: &str) -> Option<Avx512Bf16> {
+    match Avx512Bf16::detect() {
+        Ok(cpu) => {
+            println!("{test}: AVX-512 BF16 kernel ran");
+            Some(cpu)
+        }
+        Err(missing) => {
+            println!("{test}: AVX-512 BF16 kernel not run (this CPU lacks {missing}); reference only");
+            None
+        }
+    }
+}
+
+/// The kernel on a private pool of `threads` (so the row blocking varies).
+fn run_kernel(cpu: Avx512Bf16, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, threads: usize) -> Vec<f32> {
+    let wb: Vec<u16> = w.iter().map(|&v| to_bf16(v)).collect();
+    let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
+    pool.install(|| conv1d_dense(cpu, spec, x, &wb, bias, &mut y));
+    y
+}
+
+#[test]
+fn kernel_matches_the_exact_reference_and_wrong_variants_do_not() {
+    let Some(cpu) = kernel_available("bf16 conv1d vs exact reference") else { return };
+    for (i, spec) in shapes().into_iter().enumerate() {
+        let (x, w, bias) = data(&spec, 0x5eed + i as u64);
+        let rel = 2.0 * f32_sum_bound(spec.kernel * spec.c_in);
+        for threads in [1, 3] {
+            for bias in [Some(&bias[..]), None] {
+                let got = run_kernel(cpu, &spec, &x, &w, bias, threads);
+                let (want, mag) = reference(&spec, &x, &w, bias, Variant::Exact);
+                let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+                let bad = violations(&got, &want, &mag, rel);
+                assert_eq!(bad, 0, "{spec:?} threads {threads}: {bad} outputs off the exact reference");
+            }
+        }
+        let got = run_kernel(cpu, &spec, &x, &w, Some(&bias), 2);
+        for wrong in [Variant::UnroundedWeights, Variant::UnroundedInputs, Variant::TapOffByOne] {
+            let (want, mag) = reference(&spec, &x, &w, Some(&bias), wrong);
+            let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+            assert!(violations(&got, &want, &mag, rel) > 0, "{spec:?}: the {wrong:?} variant passed the exact check");
+        }
+    }
+}
+
+#[test]
+fn bf16_conv_is_within_the_bf16_bound_of_the_f64_conv() {
+    let cpu = kernel_available("bf16 conv1d vs f64");
+    for (i, spec) in shapes().into_iter().enumerate() {
+        let (x, w, bias) = data(&spec, 0xf64 + i as u64);
+        let want = conv_f64(&spec, &x, &w, Some(&bias));
+        let (reference_y, mag) = reference(&spec, &x, &w, Some(&bias), Variant::Exact);
+        let rel = 2f64.powi(-7) + 2f64.powi(-16) + f32_sum_bound(spec.kernel * spec.c_in);
+        let got = match cpu {
+            Some(cpu) => run_kernel(cpu, &spec, &x, &w, Some(&bias), 2),
+            None => reference_y,
+        };
+        let bad = violations(&got, &want, &mag, rel);
+        assert_eq!(bad, 0, "{spec:?}: {bad} outputs outside the bf16 bound of the f64 conv");
+        // The bound is not vacuous: taps one row off break it.
+        let (off, _) = reference(&spec, &x, &w, Some(&bias), Variant::TapOffByOne);
+        assert!(violations(&off, &want, &mag, rel) > 0, "{spec:?}: taps one row off passed the f64 check");
+    }
+}
+
+#[test]
+fn backend_runs_dense_bf16_filters_on_the_kernel_and_grouped_ones_in_f32() {
+    let Some(cpu) = kernel_available("bf16 backend conv1d") else { return };
+    let bf16 = CpuBf16Backend::with_threads(2).expect("bf16 backend");
+    let f32k = CpuBackend::with_threads(2).expect("f32 backend");
+    // Dense: the backend gives exactly what the kernel gives (same blocking, same pool size).
+    let spec = Conv1dSpec::new(1, 64, 12, 20, 7).dilation(3).pad(9);
+    let (x, w, bias) = data(&spec, 7);
+    let n_y = spec.n_out() * spec.c_out;
+    let (xb, wb, bb) = (bf16.upload(&x).unwrap(), bf16.upload_weight(&w).unwrap(), bf16.upload(&bias).unwrap());
+    assert!(wb.is_bf16());
+    let mut yb = bf16.alloc(n_y).unwrap();
+    bf16.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb).unwrap();
+    let want = run_kernel(cpu, &spec, &x, &w, Some(&bias), 2);
+    assert_eq!(bf16.download(&yb).unwrap(), want);
+    // Grouped: the f32 conv of the bf16-rounded filters.
+    let spec = Conv1dSpec::new(1, 30, 8, 8, 3).groups(4).pad(1);
+    let (x, w, bias) = data(&spec, 8);
+    let rounded: Vec<f32> = w.iter().map(|&v| from_bf16(to_bf16(v))).collect();
+    let (xb, wb, bb) = (bf16.upload(&x).unwrap(), bf16.upload_weight(&w).unwrap(), bf16.upload(&bias).unwrap());
+    let mut yb = bf16.alloc(spec.n_out() * spec.c_out).unwrap();
+    bf16.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb).unwrap();
+    let mut yf = vec![0.0; spec.n_out() * spec.c_out];
+    f32k.conv1d(&spec, &x, &rounded, Some(&bias), &mut yf).unwrap();
+    assert_eq!(bf16.download(&yb).unwrap(), yf);
+    // A wrong filter length is refused, not read past.
+    let short = bf16.upload_weight(&w[1..]).unwrap();
+    assert!(bf16.conv1d(&spec, &xb, &short, Some(&bb), &mut yb).is_err());
+}

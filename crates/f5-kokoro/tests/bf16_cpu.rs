@@ -1,0 +1,157 @@
+//! Kokoro on `CpuBf16Backend` (Linear weights and the generator's dense convs in bf16, the rest
+//! f32) against the same model on the f32 `CpuBackend`, on the small fixture checkpoint.
+//!
+//! Both halves are checked on their own, so that a changed duration (a discrete choice) cannot
+//! turn a small numeric difference into a different audio length:
+//! - the first half (ALBERT, text encoder, prosody LSTMs, all Linears bf16): F0 and N against
+//!   the f32 run's, when the durations agree;
+//! - the second half fed the same F0, N and aligned features (the fixture's reference values)
+//!   and the same source spectrum: the audio against the f32 run's.
+//!
+//! The bound is stated per check below. As a wrong variant, the f32 model fed a style vector
+//! perturbed by ±10% must fail the audio bound (it shows the bound tells a changed decoder
+//! from bf16 rounding).
+//!
+//! Where the CPU lacks AVX-512 BF16 the test prints a note and checks nothing.
+
+mod common;
+
+use common::{channels_last, fixtures, index, npy};
+use f5_gpukit::{cpu_bf16_missing_feature, Backend, CpuBackend, CpuBf16Backend};
+use f5_kokoro::{Kokoro, SourceSpectrum, Trace};
+
+/// Audio rel-L2, bf16 vs f32, of the small model's decoder fed the same F0, N and features.
+/// Measured 5.1e-3 (tiny input) and 5.2e-3 (510 phonemes) when this test was written (the real
+/// weights' decoder alone: 5.0e-3): bf16 rounds both operands of every conv product by up to
+/// 2⁻⁸ relative, through the generator's ~30 dense convs. The bound leaves 2× headroom for other
+/// thread counts (summation order); the 10%-style wrong variant lands at 3.6e-2 to 4.5e-2.
+const AUDIO_REL_L2: f64 = 1e-2;
+
+/// F0 and N rel-L2 from the first half with bf16 Linears (ALBERT, LSTM input projections,
+/// prosody projections). Measured on the small model: F0 3.9e-3 / 8.7e-3, N 1.6e-2 / 3.6e-2
+/// (tiny / 510 phonemes); on the real weights it is larger still (F0 2.7e-2 / 6.3e-2, N
+/// 6.5e-2 / 1.0e-1), which is why this is a guard against it growing, not a claim that the
+/// first half is accurate in bf16.
+const PROSODY_REL_L2: f64 = 1e-1;
+
+fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        num += (g as f64 - w as f64).powi(2);
+        den += (w as f64).powi(2);
+    }
+    (num / den.max(1e-300)).sqrt()
+}
+
+fn model<B: Backend>(kit: B) -> Kokoro<B> {
+    Kokoro::open(fixtures().join("models/kokoro-small/kokoro-small.pth"), kit).expect("open the small model")
+}
+
+struct Inputs {
+    ids: Vec<u32>,
+    style: Vec<f32>,
+    speed: f32,
+    seed: u64,
+    durations: Vec<usize>,
+    f0: Vec<f32>,
+    n: Vec<f32>,
+    asr: Vec<f32>,
+    spectrum: Option<SourceSpectrum>,
+}
+
+fn inputs(prefix: &str) -> Inputs {
+    let dir = fixtures().join("whole_small");
+    let call = index()["files"][format!("whole_small/{prefix}_pred_dur.npy")]["call"].as_str().expect("call").to_string();
+    let seed: u64 = call.split("manual_seed(").nth(1).and_then(|s| s.split(')').next()).and_then(|s| s.parse().ok()).expect("seed");
+    let speed: f32 = call.split("speed=").nth(1).and_then(|s| s.split(')').next()).and_then(|s| s.parse().ok()).expect("speed");
+    let host = |name: &str, channels_first: bool| -> Vec<f32> {
+        let g = npy(&dir.join(format!("{prefix}_{name}.npy")));
+        let v = if channels_first && g.shape.len() == 3 { channels_last(&g) } else { g.data };
+        v.iter().map(|&x| x as f32).collect()
+    };
+    let spectrum = dir
+        .join(format!("{prefix}_gen_har_phase.npy"))
+        .exists()
+        .then(|| SourceSpectrum { magnitude: host("gen_har_mag", true), phase: host("gen_har_phase", true) });
+    Inputs {
+        ids: host("ids", false).iter().map(|&v| v as u32).collect(),
+        style: host("ref_s", false),
+        speed,
+        seed,
+        durations: host("pred_dur", false).iter().map(|&v| v as usize).collect(),
+        f0: host("F0", true),
+        n: host("N", true),
+        asr: host("asr", true),
+        spectrum,
+    }
+}
+
+/// The second half's audio from the fixture's F0, N and features, and its source spectrum where
+/// the fixture has one (else the source from the same seed: it runs in f32 on both backends).
+fn decode<B: Backend>(m: &Kokoro<B>, inp: &Inputs, style: &[f32]) -> Vec<f32> {
+    let aligned = m.aligned_from_host(inp.durations.clone(), &inp.f0, &inp.n, &inp.asr).expect("aligned");
+    match &inp.spectrum {
+        Some(spectrum) => m.decode_with_spectrum(&aligned, style, spectrum, &mut Trace::off()).expect("decode"),
+        None => m.decode(&aligned, style, inp.seed, &mut Trace::off()).expect("decode"),
+    }
+}
+
+/// `(durations, F0, N)` of the first half.
+fn prosody<B: Backend>(m: &Kokoro<B>, inp: &Inputs) -> (Vec<usize>, Vec<f32>, Vec<f32>) {
+    let (mut f0, mut n) = (Vec::new(), Vec::new());
+    let mut sink = |name: &str, data: Vec<f32>| match name {
+        "F0" => f0 = data,
+        "N" => n = data,
+        _ => {}
+    };
+    let aligned = m.align(&inp.ids, &inp.style, inp.speed, &mut Trace::to(&mut sink)).expect("align");
+    (aligned.durations.clone(), f0, n)
+}
+
+fn bf16_kit(test: &str) -> Option<CpuBf16Backend> {
+    if let Some(missing) = cpu_bf16_missing_feature() {
+        println!("{test}: not run (this CPU lacks {missing})");
+        return None;
+    }
+    Some(CpuBf16Backend::with_threads(0).expect("bf16 backend"))
+}
+
+#[test]
+fn bf16_decoder_audio_stays_close_to_f32_and_a_perturbed_run_does_not() {
+    let Some(kit) = bf16_kit("bf16 Kokoro decode") else { return };
+    let (m16, m32) = (model(kit), model(CpuBackend::new()));
+    for prefix in ["tiny_heart_s1", "long510_mix_s0.8"] {
+        let inp = inputs(prefix);
+        let want = decode(&m32, &inp, &inp.style);
+        let got = decode(&m16, &inp, &inp.style);
+        let err = rel_l2(&got, &want);
+        println!("{prefix}: audio rel-L2 bf16 vs f32 {err:.2e}");
+        assert!(err < AUDIO_REL_L2, "{prefix}: bf16 audio rel-L2 {err:.3e} ≥ {AUDIO_REL_L2:e}");
+        let perturbed: Vec<f32> = inp.style.iter().enumerate().map(|(i, &s)| s * if i % 2 == 0 { 1.1 } else { 0.9 }).collect();
+        let wrong = rel_l2(&decode(&m32, &inp, &perturbed), &want);
+        println!("{prefix}: audio rel-L2 of the perturbed-style f32 run {wrong:.2e}");
+        assert!(wrong > AUDIO_REL_L2, "{prefix}: a 10% style perturbation ({wrong:.3e}) passed the bf16 bound");
+    }
+}
+
+#[test]
+fn bf16_prosody_stays_close_to_f32() {
+    let Some(kit) = bf16_kit("bf16 Kokoro prosody") else { return };
+    let (m16, m32) = (model(kit), model(CpuBackend::new()));
+    for prefix in ["tiny_heart_s1", "long510_mix_s0.8"] {
+        let inp = inputs(prefix);
+        let (d32, f0_32, n_32) = prosody(&m32, &inp);
+        let (d16, f0_16, n_16) = prosody(&m16, &inp);
+        let changed = d32.iter().zip(&d16).filter(|(a, b)| a != b).count();
+        println!("{prefix}: {changed} of {} durations differ", d32.len());
+        if d32 != d16 {
+            // A duration on a rounding boundary may move by one frame; F0/N then differ in length.
+            assert!(changed * 20 <= d32.len(), "{prefix}: {changed} of {} durations changed in bf16", d32.len());
+            continue;
+        }
+        let (e_f0, e_n) = (rel_l2(&f0_16, &f0_32), rel_l2(&n_16, &n_32));
+        println!("{prefix}: F0 rel-L2 {e_f0:.2e}, N rel-L2 {e_n:.2e}");
+        assert!(e_f0 < PROSODY_REL_L2 && e_n < PROSODY_REL_L2, "{prefix}: F0 {e_f0:.3e} / N {e_n:.3e} ≥ {PROSODY_REL_L2:e}");
+    }
+}
