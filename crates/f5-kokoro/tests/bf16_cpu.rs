@@ -1,9 +1,9 @@
-//! Kokoro on `CpuBf16Backend` (Linear weights and the generator's dense convs in bf16, the rest
-//! f32) against the same model on the f32 `CpuBackend`, on the small fixture checkpoint.
+//! Kokoro on `CpuBf16Backend` (the generator's dense convs and the decoder's Linears in bf16,
+//! the first half's GEMM weights f32, attention bf16) against the same model on the f32 `CpuBackend`, on the small fixture checkpoint.
 //!
 //! Both halves are checked on their own, so that a changed duration (a discrete choice) cannot
 //! turn a small numeric difference into a different audio length:
-//! - the first half (ALBERT, text encoder, prosody LSTMs, all Linears bf16): F0 and N against
+//! - the first half (ALBERT, text encoder, prosody: f32 weights, bf16 attention): F0 and N against
 //!   the f32 run's, when the durations agree;
 //! - the second half fed the same F0, N and aligned features (the fixture's reference values)
 //!   and the same source spectrum: the audio against the f32 run's.
@@ -27,12 +27,13 @@ use f5_kokoro::{Kokoro, SourceSpectrum, Trace};
 /// thread counts (summation order); the 10%-style wrong variant lands at 3.6e-2 to 4.5e-2.
 const AUDIO_REL_L2: f64 = 1e-2;
 
-/// F0 and N rel-L2 from the first half with bf16 Linears (ALBERT, LSTM input projections,
-/// prosody projections). Measured on the small model: F0 3.9e-3 / 8.7e-3, N 1.6e-2 / 3.6e-2
-/// (tiny / 510 phonemes); on the real weights it is larger still (F0 2.7e-2 / 6.3e-2, N
-/// 6.5e-2 / 1.0e-1), which is why this is a guard against it growing, not a claim that the
-/// first half is accurate in bf16.
-const PROSODY_REL_L2: f64 = 1e-1;
+/// F0 and N rel-L2 from the first half, whose GEMM weights stay f32 on the bf16 backend (only
+/// ALBERT's attention computes in bf16). Measured on the small model: F0 9.6e-5 / 2.6e-4, N
+/// 2.0e-4 / 8.2e-4 (tiny / 510 phonemes). With the first half's Linears in bf16, as the model
+/// first loaded them, the same runs gave F0 3.9e-3 / 8.7e-3 and N 1.6e-2 / 3.6e-2 (and 3–10 %
+/// on the int8-derived weights): every one of those fails this bound, which leaves ~2.4×
+/// headroom over the f32 figures for other thread counts.
+const PROSODY_REL_L2: f64 = 2e-3;
 
 fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len(), "lengths differ");

@@ -21,6 +21,9 @@ pub struct Weights {
     /// Canonical name → name in the file.
     names: HashMap<String, String>,
     label: String,
+    /// GEMM weights loaded while this is set go up as plain f32 (see
+    /// [`Weights::set_gemm_weights_f32`]).
+    gemm_weights_f32: bool,
 }
 
 /// The canonical form of a tensor name (see [`Weights`]).
@@ -54,7 +57,16 @@ impl Weights {
                 return Err(NnError::Ambiguous { path: label, first, second: name.to_string(), canonical: canon });
             }
         }
-        Ok(Weights { ckpt, names, label })
+        Ok(Weights { ckpt, names, label, gemm_weights_f32: false })
+    }
+
+    /// While on, GEMM weights ([`Scope::gemm_weight`], [`Scope::upload_gemm_weight`]) are
+    /// uploaded as plain f32 instead of through [`Backend::upload_weight`], so a backend with
+    /// lower-precision GEMM weights (bf16) keeps these layers in f32. For the layers whose
+    /// outputs a model needs more exactly than bf16's 2⁻⁸ gives, e.g. Kokoro's prosody (its F0
+    /// drives a sine phase over the whole utterance).
+    pub fn set_gemm_weights_f32(&mut self, on: bool) {
+        self.gemm_weights_f32 = on;
     }
 
     /// The file the weights are read from (for metadata a model reads besides tensors).
@@ -214,6 +226,17 @@ impl Scope<'_> {
     /// keep a faster lower-precision copy.
     pub fn gemm_weight<B: Backend>(&mut self, kit: &B, name: &str, shape: &[usize]) -> Result<B::Buf> {
         let data = self.host_normed(name, shape)?;
-        Ok(kit.upload_weight(&data)?)
+        self.upload_gemm_weight(kit, &data)
+    }
+
+    /// Host data that feeds GEMMs (e.g. several tensors fused into one), uploaded as
+    /// [`Scope::gemm_weight`] uploads: through [`Backend::upload_weight`], or as plain f32 while
+    /// [`Weights::set_gemm_weights_f32`] is on.
+    pub fn upload_gemm_weight<B: Backend>(&self, kit: &B, data: &[f32]) -> Result<B::Buf> {
+        if self.w.gemm_weights_f32 {
+            Ok(kit.upload(data)?)
+        } else {
+            Ok(kit.upload_weight(data)?)
+        }
     }
 }
