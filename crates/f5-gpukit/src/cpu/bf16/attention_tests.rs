@@ -16,19 +16,9 @@ use super::CpuBf16Backend;
 use crate::spec::AttentionSpec;
 use crate::Backend;
 
-/// xorshift64*: deterministic test data without a dependency.
-struct Rng(u64);
+use super::test_rng::Rng;
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
     /// j/64 for j in −64..=64, times (1 + r), |r| ≤ 2⁻¹⁰: rounds to the grid value.
     fn perturbed_grid(&mut self) -> f32 {
         let g = (self.next() % 129) as f64 / 64.0 - 1.0;

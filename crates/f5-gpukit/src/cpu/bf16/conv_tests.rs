@@ -18,16 +18,9 @@ use crate::cpu::bf16::CpuBf16Backend;
 use crate::spec::{Conv1dSpec, PadMode};
 use crate::{Backend, CpuBackend};
 
-/// xorshift64*: deterministic test data without a dependency.
-struct Rng(u64);
+use super::super::test_rng::Rng;
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
     /// Uniform in [−1, 1).
     fn sym(&mut self) -> f32 {
         ((self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32

@@ -23,6 +23,8 @@ mod attention_tests;
 pub(crate) mod conv;
 pub(crate) mod gemm;
 #[cfg(test)]
+mod test_rng;
+#[cfg(test)]
 mod tests;
 
 use std::sync::{Arc, Mutex};

@@ -12,20 +12,9 @@ use super::{CpuBf16Backend, CpuBuf};
 use crate::spec::{GemmSpec, MatLayout};
 use crate::{Backend, CpuBackend};
 
-/// xorshift64*: deterministic test data without a dependency.
-struct Rng(u64);
+use super::test_rng::Rng;
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
     /// j/64 for j in −64..=64: exact in bf16.
     fn grid(&mut self) -> f32 {
         (self.next() % 129) as f32 / 64.0 - 1.0
