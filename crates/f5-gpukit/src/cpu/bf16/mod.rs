@@ -286,7 +286,7 @@ impl Backend for CpuBf16Backend {
     }
 
     /// With a bf16 filter bank, a dense convolution (`groups == 1`) runs on the bf16 kernel
-    /// ([`conv`]: the im2col values rounded to bf16 as they are packed, f32 sums and output); a
+    /// (its `conv` module: the im2col values rounded to bf16 as they are packed, f32 sums and output); a
     /// grouped or depthwise one runs in f32 on the filters widened from bf16 (a copy per call:
     /// upload those filters with `upload`). With f32 filters, the f32 convolution.
     fn conv1d(&self, spec: &Conv1dSpec, x: &CpuBuf, weight: &CpuBuf, bias: Option<&CpuBuf>, y: &mut CpuBuf) -> Result<()> {
