@@ -25,7 +25,7 @@ struct Opts {
     /// `bench synth` only: step counts and runs per side.
     nfes: Vec<usize>,
     runs: usize,
-    /// `bench synth` only: f5's precisions, each run against the same reference runs.
+    /// `bench synth`, `kokoro`, `kokoro-process`: f5's precisions, each against the same reference runs.
     precisions: Vec<String>,
     /// `bench kokoro` only: the release-layout checkpoint.
     model: Option<std::path::PathBuf>,
@@ -73,6 +73,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 min_seconds: opts.min_seconds,
                 write: opts.write,
                 model: opts.model.clone(),
+                precisions: opts.precisions.clone(),
             },
         ),
         Some("kokoro-process") => crate::bench_kokoro_process::run(
@@ -82,6 +83,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 runs: opts.runs.max(1),
                 write: opts.write,
                 model_dir: opts.model.clone(),
+                precisions: opts.precisions.clone(),
             },
         ),
         Some("synth") => crate::bench_synth::run(

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use f5_gpukit::{Backend, Conv1dSpec, ConvTranspose1dSpec, CpuBackend};
+use f5_gpukit::{Backend, Conv1dSpec, ConvTranspose1dSpec, CpuBackend, CpuBf16Backend};
 use f5_kokoro::{Kokoro, KokoroConfig, Trace};
 use f5_nn::{BiLstm, Linear, Lstm, Weights};
 use serde_json::{json, Value};
@@ -26,6 +26,8 @@ pub struct KokoroOpts {
     pub min_seconds: f64,
     pub write: bool,
     pub model: Option<PathBuf>,
+    /// f5's precisions (`f32`, `bf16`), each timed on the same inputs; the kit ops run in f32.
+    pub precisions: Vec<String>,
 }
 
 fn best_of(min_seconds: f64, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -63,9 +65,11 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     let config_path = shared.join("config.json");
     let config = KokoroConfig::open(&config_path)?;
     let kit = CpuBackend::with_threads(o.threads)?;
-    let mut w = Weights::open(&model_path)?;
-    let model = Kokoro::from_weights(&mut w, config, kit.clone())?;
-    drop(w);
+    for p in &o.precisions {
+        if !matches!(p.as_str(), "f32" | "bf16") {
+            bail!("--precision {p:?}: use f32, bf16 or both (f32,bf16)");
+        }
+    }
 
     // Cases: the fixtures' full-size inputs (a 56-phoneme sentence, and the 510-phoneme limit).
     let dir = root.join("fixtures/kokoro/whole_full");
@@ -75,23 +79,22 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
         let style: Vec<f32> = npy_f32(&dir.join(format!("{prefix}_ref_s.npy")))?.iter().map(|&v| v as f32).collect();
         cases.push((name, ids, style, speed));
     }
+    // Per precision, per case: (label, case name, seconds, samples, first-half seconds).
     let mut ours = Vec::new();
     let mut frames_short = 0;
-    for (name, ids, style, speed) in &cases {
-        let mut samples = 0;
-        let secs = best_of(o.min_seconds, || {
-            let out = model.forward(ids, style, *speed, 0, Trace::off())?;
-            samples = out.audio.len();
-            if frames_short == 0 {
-                frames_short = out.durations.iter().sum::<usize>();
-            }
-            Ok(())
-        })?;
-        let half = best_of(o.min_seconds, || {
-            model.align(ids, style, *speed, &mut Trace::off())?;
-            Ok(())
-        })?;
-        ours.push((name.to_string(), secs, samples, half));
+    for precision in &o.precisions {
+        // One model at a time, so each precision's run has the machine's memory to itself.
+        let mut w = Weights::open(&model_path)?;
+        let timed = if precision == "bf16" {
+            let model = Kokoro::from_weights(&mut w, config.clone(), CpuBf16Backend::with_threads(o.threads)?)?;
+            drop(w);
+            time_cases(&model, &cases, o.min_seconds, &mut frames_short)?
+        } else {
+            let model = Kokoro::from_weights(&mut w, config.clone(), kit.clone())?;
+            drop(w);
+            time_cases(&model, &cases, o.min_seconds, &mut frames_short)?
+        };
+        ours.extend(timed.into_iter().map(|(name, secs, samples, half)| (precision.clone(), name, secs, samples, half)));
     }
 
     // The new ops on Kokoro's shapes, for `frames_short` predicted frames.
@@ -141,7 +144,13 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
 
     let mut md = String::new();
     let machine = crate::machine::describe();
-    writeln!(md, "Machine: {machine}. Command: `cargo xtask bench kokoro --threads {}`; weights `{}` (full-size release layout, 81.8 M parameters), fp32, warm runs, best of ≥ 3.", o.threads, model_path.file_name().and_then(|n| n.to_str()).unwrap_or("?"))?;
+    writeln!(
+        md,
+        "Machine: {machine}. Command: `cargo xtask bench kokoro --threads {} --precision {}`; weights `{}` (full-size release layout, 81.8 M parameters, stored fp32), warm runs, best of ≥ 3. f5 bf16: `CpuBf16Backend` (the decoder's big GEMM and convolution weights in bf16, f32 sums; the first half's weights f32).",
+        o.threads,
+        o.precisions.join(","),
+        model_path.file_name().and_then(|n| n.to_str()).unwrap_or("?")
+    )?;
     if let Some(r) = &reference {
         writeln!(
             md,
@@ -165,13 +174,13 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     writeln!(md)?;
     writeln!(md, "| input | audio | f5 | f5 RTF | reference | reference RTF | f5 / reference speed | onnxruntime int8 | onnxruntime RTF | f5 / onnxruntime speed |")?;
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
-    for (name, secs, samples, _) in &ours {
+    for (precision, name, secs, samples, _) in &ours {
         let audio = *samples as f64 / 24_000.0;
         let r = reference.as_ref().and_then(|r| r["cases"][name.as_str()]["seconds"].as_f64());
         let x = onnx.as_ref().ok().and_then(|r| r["cases"][name.as_str()]["seconds"].as_f64());
         writeln!(
             md,
-            "| {name} | {audio:.2} s | {secs:.3} s | {:.3} | {} | {} | {} | {} | {} | {} |",
+            "| {name} | {audio:.2} s | {secs:.3} s ({precision}) | {:.3} | {} | {} | {} | {} | {} | {} |",
             secs / audio,
             r.map_or("—".into(), |r| format!("{r:.3} s")),
             r.map_or("—".into(), |r| format!("{:.3}", r / audio)),
@@ -186,11 +195,11 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     writeln!(md)?;
     writeln!(md, "| input | f5 | reference | f5 / reference speed |")?;
     writeln!(md, "|---|---|---|---|")?;
-    for (name, _, _, half) in &ours {
+    for (precision, name, _, _, half) in &ours {
         let r = reference.as_ref().and_then(|r| r["cases"][name.as_str()]["first_half"].as_f64());
         writeln!(
             md,
-            "| {name} | {:.3} s | {} | {} |",
+            "| {name} | {:.3} s ({precision}) | {} | {} |",
             half,
             r.map_or("—".into(), |r| format!("{r:.3} s")),
             r.map_or("—".into(), |r| format!("{:.2}×", r / half))
@@ -226,6 +235,34 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
         crate::bench::write_section(&path, &format!("kokoro-{}t", o.threads), &md)?;
     }
     Ok(())
+}
+
+/// Each case's best warm forward and first half (`align`): (case, seconds, samples, first half).
+/// Sets `frames_short` to the first case's predicted frames, for the kit ops' shapes.
+fn time_cases<B: Backend>(
+    model: &Kokoro<B>,
+    cases: &[(&str, Vec<u32>, Vec<f32>, f32)],
+    min_seconds: f64,
+    frames_short: &mut usize,
+) -> Result<Vec<(String, f64, usize, f64)>> {
+    let mut timed = Vec::new();
+    for (name, ids, style, speed) in cases {
+        let mut samples = 0;
+        let secs = best_of(min_seconds, || {
+            let out = model.forward(ids, style, *speed, 0, Trace::off())?;
+            samples = out.audio.len();
+            if *frames_short == 0 {
+                *frames_short = out.durations.iter().sum::<usize>();
+            }
+            Ok(())
+        })?;
+        let half = best_of(min_seconds, || {
+            model.align(ids, style, *speed, &mut Trace::off())?;
+            Ok(())
+        })?;
+        timed.push((name.to_string(), secs, samples, half));
+    }
+    Ok(timed)
 }
 
 /// `kokoro-v1.0.int8.onnx` for a bench: beside the f32 weights, else in `target/kokoro-int8/`.

@@ -25,6 +25,8 @@ pub struct ProcessOpts {
     pub runs: usize,
     pub write: bool,
     pub model_dir: Option<PathBuf>,
+    /// f5's precisions (`f32`, `bf16`): one f5 side per precision in the rotation.
+    pub precisions: Vec<String>,
 }
 
 const VOICE: &str = "af_heart";
@@ -51,6 +53,11 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     let voice_file = model_dir.join(format!("voices/{VOICE}.pt"));
     if !voice_file.is_file() {
         bail!("{} is missing", voice_file.display());
+    }
+    for p in &o.precisions {
+        if !matches!(p.as_str(), "f32" | "bf16") {
+            bail!("--precision {p:?}: use f32, bf16 or both (f32,bf16)");
+        }
     }
     let (f5, py, scratch) = prepare_processes(root, "bench-kokoro-process")?;
     let dir = model_dir.to_string_lossy().to_string();
@@ -80,14 +87,38 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     let mut commands = Vec::new();
     let mut torch = String::from("?");
     for (name, phonemes) in inputs(root)? {
-        let ours_out = scratch.join(format!("f5_{name}.wav"));
         let theirs_out = scratch.join(format!("ref_{name}.wav"));
-        let ours_args: Vec<String> =
-            ["synth", "-q", "-m", &dir, "--voice", VOICE, "--phonemes", "-t", &phonemes, "--seed", "0", "--threads", &threads, "-o"]
+        // One f5 side per precision: (precision, output file, arguments).
+        let ours_sides: Vec<(String, PathBuf, Vec<String>)> = o
+            .precisions
+            .iter()
+            .map(|p| {
+                let out = scratch.join(format!("f5_{name}_{p}.wav"));
+                let args = [
+                    "synth",
+                    "-q",
+                    "-m",
+                    &dir,
+                    "--voice",
+                    VOICE,
+                    "--phonemes",
+                    "-t",
+                    &phonemes,
+                    "--seed",
+                    "0",
+                    "--threads",
+                    &threads,
+                    "--precision",
+                    p,
+                    "-o",
+                ]
                 .iter()
                 .map(|s| s.to_string())
-                .chain([ours_out.to_string_lossy().to_string()])
+                .chain([out.to_string_lossy().to_string()])
                 .collect();
+                (p.clone(), out, args)
+            })
+            .collect();
         let theirs_args: Vec<String> = [
             "xtask/bench/kokoro_process.py",
             "--threads",
@@ -124,19 +155,24 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
             ]
             .to_vec()
         });
-        commands.push(format!("target/release/f5 {}", shell_words(&ours_args)));
+        for (_, _, args) in &ours_sides {
+            commands.push(format!("target/release/f5 {}", shell_words(args)));
+        }
         commands.push(format!("$F5_REF_PYTHON {}", shell_words(&theirs_args)));
         if let Some(args) = &onnx_args {
             commands.push(format!("$F5_ONNX_PYTHON {}", shell_words(args)));
         }
-        let (mut ours, mut theirs, mut onnx_runs): (Vec<Run>, Vec<Run>, Vec<Run>) = (Vec::new(), Vec::new(), Vec::new());
+        let mut ours: Vec<(String, Vec<Run>)> = ours_sides.iter().map(|(p, _, _)| (p.clone(), Vec::new())).collect();
+        let (mut theirs, mut onnx_runs): (Vec<Run>, Vec<Run>) = (Vec::new(), Vec::new());
         for i in 0..o.runs {
             eprintln!("{name} ({} phonemes), run {} of {}: f5…", phonemes.chars().count(), i + 1, o.runs);
-            let mut cmd = Command::new(&f5);
-            cmd.current_dir(root).args(&ours_args).stdout(Stdio::null()).stderr(Stdio::piped());
-            let (run, _) = measure(cmd, &ours_out).context("f5 synth")?;
-            eprintln!("  f5: {:.2} s wall, {:.0} MiB", run.wall, run.peak_rss_mib);
-            ours.push(run);
+            for ((p, out, args), (_, runs)) in ours_sides.iter().zip(ours.iter_mut()) {
+                let mut cmd = Command::new(&f5);
+                cmd.current_dir(root).args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+                let (run, _) = measure(cmd, out).with_context(|| format!("f5 synth --precision {p}"))?;
+                eprintln!("  f5 {p}: {:.2} s wall, {:.0} MiB", run.wall, run.peak_rss_mib);
+                runs.push(run);
+            }
             let mut cmd = Command::new(&py);
             cmd.current_dir(root).args(&theirs_args).stdout(Stdio::piped()).stderr(Stdio::piped());
             let (run, json) = measure(cmd, &theirs_out).context("the reference (kokoro_process.py)")?;
@@ -165,9 +201,10 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     writeln!(md, "Machine: {}.", machine::describe())?;
     writeln!(
         md,
-        "Command: `cargo xtask bench kokoro-process --threads {} --runs {}` (fresh processes, runs alternate f5 / reference / onnxruntime, median of {}; machine {:.0}% busy before, {:.0}% after). Weights: `{}` (release layout), voice {VOICE}, seed 0, fp32. Reference: kokoro 0.9.4 `KModel`, torch {torch}.",
+        "Command: `cargo xtask bench kokoro-process --threads {} --runs {} --precision {}` (fresh processes, runs alternate f5 / reference / onnxruntime, median of {}; machine {:.0}% busy before, {:.0}% after). Weights: `{}` (release layout, stored fp32; f5 bf16 keeps the decoder's big weights in bf16), voice {VOICE}, seed 0. Reference: kokoro 0.9.4 `KModel` in fp32, torch {torch}.",
         o.threads,
         o.runs,
+        o.precisions.join(","),
         o.runs,
         busy * 100.0,
         busy_after * 100.0,
@@ -184,22 +221,24 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     writeln!(md)?;
     writeln!(md, "| input | audio | f5 wall | reference wall | onnxruntime wall | f5 peak RSS | reference peak RSS | onnxruntime peak RSS | f5 / reference memory | f5 / onnxruntime memory |")?;
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
-    for (name, n, ours, theirs, onnx_runs) in &rows {
-        let (our_rss, their_rss) = (median(ours, |r| r.peak_rss_mib), median(theirs, |r| r.peak_rss_mib));
-        let onnx_rss = (!onnx_runs.is_empty()).then(|| median(onnx_runs, |r| r.peak_rss_mib));
-        writeln!(
-            md,
-            "| {name} ({n} phonemes) | {:.2} s | {:.2} s | {:.2} s | {} | {:.0} MiB | {:.0} MiB | {} | {:.2}× | {} |",
-            median(ours, |r| r.audio_seconds),
-            median(ours, |r| r.wall),
-            median(theirs, |r| r.wall),
-            if onnx_runs.is_empty() { "—".to_string() } else { format!("{:.2} s", median(onnx_runs, |r| r.wall)) },
-            our_rss,
-            their_rss,
-            onnx_rss.map_or("—".to_string(), |x| format!("{x:.0} MiB")),
-            our_rss / their_rss,
-            onnx_rss.map_or("—".to_string(), |x| format!("{:.2}×", our_rss / x)),
-        )?;
+    for (name, n, sides, theirs, onnx_runs) in &rows {
+        for (precision, ours) in sides {
+            let (our_rss, their_rss) = (median(ours, |r| r.peak_rss_mib), median(theirs, |r| r.peak_rss_mib));
+            let onnx_rss = (!onnx_runs.is_empty()).then(|| median(onnx_runs, |r| r.peak_rss_mib));
+            writeln!(
+                md,
+                "| {name} ({n} phonemes), f5 {precision} | {:.2} s | {:.2} s | {:.2} s | {} | {:.0} MiB | {:.0} MiB | {} | {:.2}× | {} |",
+                median(ours, |r| r.audio_seconds),
+                median(ours, |r| r.wall),
+                median(theirs, |r| r.wall),
+                if onnx_runs.is_empty() { "—".to_string() } else { format!("{:.2} s", median(onnx_runs, |r| r.wall)) },
+                our_rss,
+                their_rss,
+                onnx_rss.map_or("—".to_string(), |x| format!("{x:.0} MiB")),
+                our_rss / their_rss,
+                onnx_rss.map_or("—".to_string(), |x| format!("{:.2}×", our_rss / x)),
+            )?;
+        }
     }
     writeln!(md)?;
     writeln!(md, "Exact commands (from the repository root):")?;
