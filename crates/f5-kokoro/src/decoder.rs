@@ -250,24 +250,31 @@ impl<B: Backend> Generator<B> {
         for i in 0..stages {
             kit.activation(Activation::LeakyRelu(STAGE_SLOPE), x, *n * c)?;
             trace.emit(kit, &format!("gen_stage{i}_in"), x)?;
+            // Buffers at this stage's rate are the forward's largest (128 channels at 4,800
+            // frames/s in the last stage): each is dropped as soon as it is spent, and the
+            // residual blocks share two scratch buffers, so at most five are alive at once.
             let conv = &self.noise_convs[i];
             let ns = conv.n_out(frames);
             let c_cur = conv.spec.c_out;
+            let (mut t, mut u) = (buffer(kit, ns, c_cur)?, buffer(kit, ns, c_cur)?);
             let mut xs = buffer(kit, ns, c_cur)?;
             conv.apply(kit, har, 1, frames, &mut xs)?;
             trace.emit(kit, &format!("gen_noise_conv{i}"), &xs)?;
-            let xs = self.noise_res[i].apply(kit, &xs, ns, style)?;
+            self.noise_res[i].apply_in_place(kit, &mut xs, ns, style, &mut t, &mut u)?;
             trace.emit(kit, &format!("gen_noise_res{i}"), &xs)?;
             let ups = &self.ups[i];
             let nu = ups.n_out(*n);
             let mut y = buffer(kit, nu, c_cur)?;
             ups.apply(kit, x, 1, *n, &mut y)?;
+            // The previous stage's output is spent.
+            *x = kit.alloc(0)?;
             trace.emit(kit, &format!("gen_ups{i}"), &y)?;
             let (mut y, nu) = if i + 1 == stages {
                 // ReflectionPad1d((1, 0)): one mirrored frame in front.
                 let spec = Pad1dSpec { batch: 1, n: nu, c: c_cur, left: 1, right: 0, mode: PadMode::Reflect };
                 let mut p = buffer(kit, nu + 1, c_cur)?;
                 kit.pad1d(&spec, &y, &mut p)?;
+                drop(y);
                 (p, nu + 1)
             } else {
                 (y, nu)
@@ -276,11 +283,36 @@ impl<B: Backend> Generator<B> {
                 return Err(KokoroError::Input(format!("stage {i}: {nu} upsampled frames vs {ns} source frames")));
             }
             kit.axpy(1.0, &xs, &mut y, nu * c_cur)?;
+            drop(xs);
+            // The mean of the blocks' outputs, each block run on its own copy of `y` (the
+            // last on `y` itself); the sum is formed in the reference's order: r₀ + r₁ + r₂.
             let mut sum = buffer(kit, nu, c_cur)?;
+            let mut r = if self.kernels > 2 { Some(buffer(kit, nu, c_cur)?) } else { None };
             for j in 0..self.kernels {
-                let r = self.resblocks[i * self.kernels + j].apply(kit, &y, nu, style)?;
-                trace.emit(kit, &format!("gen_resblock{}", i * self.kernels + j), &r)?;
-                kit.axpy(1.0, &r, &mut sum, nu * c_cur)?;
+                let block = &self.resblocks[i * self.kernels + j];
+                let last = j + 1 == self.kernels;
+                let out = if j == 0 && !last {
+                    kit.copy(&y, 0, &mut sum, 0, nu * c_cur)?;
+                    &mut sum
+                } else if last {
+                    &mut y
+                } else {
+                    let r = r.as_mut().ok_or_else(|| KokoroError::Input("residual block scratch missing".into()))?;
+                    kit.copy(&y, 0, r, 0, nu * c_cur)?;
+                    r
+                };
+                block.apply_in_place(kit, out, nu, style, &mut t, &mut u)?;
+                trace.emit(kit, &format!("gen_resblock{}", i * self.kernels + j), out)?;
+                if j > 0 {
+                    let out: &B::Buf =
+                        if last { &y } else { r.as_ref().ok_or_else(|| KokoroError::Input("residual block scratch missing".into()))? };
+                    kit.axpy(1.0, out, &mut sum, nu * c_cur)?;
+                }
+            }
+            drop((t, u, r));
+            if self.kernels == 1 {
+                // One block: its output is the mean.
+                std::mem::swap(&mut sum, &mut y);
             }
             kit.activation(Activation::Scale(1.0 / self.kernels as f32), &mut sum, nu * c_cur)?;
             *x = sum;
