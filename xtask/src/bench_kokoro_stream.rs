@@ -37,6 +37,8 @@ struct Opts {
     runs: usize,
     model_dir: Option<PathBuf>,
     write: bool,
+    /// The server's `--precision` (f32 or bf16).
+    precision: String,
 }
 
 /// One streamed answer: when each block of audio arrived (seconds from the request) and its size.
@@ -72,7 +74,7 @@ impl Answer {
 }
 
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
-    let mut o = Opts { threads: 2, runs: 5, model_dir: None, write: true };
+    let mut o = Opts { threads: 2, runs: 5, model_dir: None, write: true, precision: "f32".into() };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |what: &str| it.next().with_context(|| format!("{what} needs a value"));
@@ -81,11 +83,17 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             "--runs" => o.runs = value("--runs")?.parse().context("--runs")?,
             "--model" => o.model_dir = Some(PathBuf::from(value("--model")?)),
             "--no-write" => o.write = false,
-            other => bail!("bench kokoro-stream: unknown option {other:?} (--threads N, --runs N, --model DIR, --no-write)"),
+            "--precision" => o.precision = value("--precision")?.clone(),
+            other => bail!(
+                "bench kokoro-stream: unknown option {other:?} (--threads N, --runs N, --precision f32|bf16, --model DIR, --no-write)"
+            ),
         }
     }
     if o.runs == 0 {
         bail!("--runs must be at least 1");
+    }
+    if !matches!(o.precision.as_str(), "f32" | "bf16") {
+        bail!("--precision {:?}: use f32 or bf16", o.precision);
     }
     let model_dir = o.model_dir.clone().unwrap_or_else(|| root.join("target/kokoro-int8"));
     for need in ["config.json", "kokoro-v1_0.pth"] {
@@ -105,7 +113,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let busy = machine::wait_idle(0.10, Duration::from_secs(60));
     let load_before = load_average();
     let started = Instant::now();
-    let server = Server::start(root, &f5, &model_dir, &scratch, o.threads)?;
+    let server = Server::start(root, &f5, &model_dir, &scratch, o.threads, &o.precision)?;
     let listening = started.elapsed().as_secs_f64();
     let warm = request(server.addr, WARM_UP_TEXT).context("the warm-up request")?;
     eprintln!("server listening after {listening:.2} s; warm-up answered in {:.2} s", warm.total);
@@ -138,9 +146,10 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     writeln!(md, "Machine: {}.", machine::describe())?;
     writeln!(
         md,
-        "Command: `cargo xtask bench kokoro-stream --threads {} --runs {}` (one `f5 serve` process, model loaded and warmed once; streamed `POST /tts`, `response_format: pcm`, over HTTP on loopback; median of {} runs; machine {:.0}% busy before, load average {} before and {} after). Weights: `{}`, voice {VOICE}, speed 1, seed 0.",
+        "Command: `cargo xtask bench kokoro-stream --threads {} --runs {} --precision {}` (one `f5 serve` process, model loaded and warmed once; streamed `POST /tts`, `response_format: pcm`, over HTTP on loopback; median of {} runs; machine {:.0}% busy before, load average {} before and {} after). Weights: `{}`, voice {VOICE}, speed 1, seed 0.",
         o.threads,
         o.runs,
+        o.precision,
         o.runs,
         busy * 100.0,
         load_before,
@@ -173,7 +182,13 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 format!("{}\n\n{heading}\n\nA streamed request to a warm `f5 serve`: how soon the first audio arrives, and whether playback could keep going after it.\n", text.trim_end()),
             )?;
         }
-        crate::bench::write_section(&path, &format!("kokoro-stream-{}t", o.threads), &md)?;
+        // f32 keeps the section name it always had; another precision gets its own beside it.
+        let key = if o.precision == "f32" {
+            format!("kokoro-stream-{}t", o.threads)
+        } else {
+            format!("kokoro-stream-{}t-{}", o.threads, o.precision)
+        };
+        crate::bench::write_section(&path, &key, &md)?;
     }
     Ok(())
 }
@@ -245,13 +260,13 @@ struct Server {
 }
 
 impl Server {
-    fn start(root: &Path, f5: &Path, model_dir: &Path, scratch: &Path, threads: usize) -> Result<Server> {
+    fn start(root: &Path, f5: &Path, model_dir: &Path, scratch: &Path, threads: usize, precision: &str) -> Result<Server> {
         let mut child = Command::new(f5)
             .current_dir(root)
             .arg("serve")
             .arg("--model")
             .arg(model_dir)
-            .args(["--addr", "127.0.0.1:0", "--threads", &threads.to_string()])
+            .args(["--addr", "127.0.0.1:0", "--threads", &threads.to_string(), "--precision", precision])
             .arg("--voices")
             .arg(scratch.join("voices"))
             .env("F5_HOME", scratch)

@@ -60,7 +60,7 @@ commands:
                                 `f5 synth --phonemes` vs the reference KModel (and onnxruntime with
                                 F5_ONNX_PYTHON), one fresh process per utterance (int8-derived
                                 weights by default): wall time, peak RSS
-  bench kokoro-stream [--threads 2] [--runs 5] [--model DIR] [--no-write]
+  bench kokoro-stream [--threads 2] [--runs 5] [--precision f32|bf16] [--model DIR] [--no-write]
                                 time to first audio of a five-sentence text through `f5 serve`'s
                                 streamed POST /tts (warm server, int8-derived weights by default)
                                 whole `f5 synth` vs the reference's infer_process, fresh processes,
