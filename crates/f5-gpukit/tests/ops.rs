@@ -91,7 +91,11 @@ pub fn gemm<B: Backend>(kit: &B) {
     let mut cases: Vec<(GemmSpec, bool)> = Vec::new();
     // PyTorch Linear layout (weight [n, k] read transposed), with and without bias, odd shapes.
     // k = 0 (an empty input feature axis) is a sum of no terms: the output is the bias alone.
-    for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 65), (64, 64, 64), (130, 257, 95), (2, 712, 128), (3, 0, 5)] {
+    // (58, 70, 300) and (7, 40, 256): few rows, many columns — the CPU backend splits those
+    // into column blocks that run in parallel (the last one partial in the first).
+    for &(m, k, n) in
+        &[(1, 1, 1), (3, 5, 7), (17, 33, 65), (64, 64, 64), (130, 257, 95), (2, 712, 128), (3, 0, 5), (58, 70, 300), (7, 40, 256)]
+    {
         cases.push((GemmSpec::linear(m, k, n), true));
         cases.push((GemmSpec::linear(m, k, n), false));
     }
@@ -100,6 +104,13 @@ pub fn gemm<B: Backend>(kit: &B) {
     s.b = MatLayout::row_major(13 + 2).at(5);
     s.a = MatLayout::row_major(31 + 3).at(7);
     s.c = MatLayout::row_major(13 + 4).at(3);
+    s.beta = 1.0;
+    cases.push((s, false));
+    // The same with few rows and many columns (column blocks at offsets of a row-major B and C).
+    let mut s = GemmSpec::linear(5, 9, 270);
+    s.b = MatLayout::row_major(270 + 2).at(4);
+    s.a = MatLayout::row_major(9 + 1).at(2);
+    s.c = MatLayout::row_major(270 + 3).at(1);
     s.beta = 1.0;
     cases.push((s, false));
     // Strided batch: q·kᵀ per head, read out of a [n, heads·d] activation.

@@ -85,6 +85,49 @@ fn row_stats(x: &[f32], eps: f32) -> (f32, f32) {
 /// Runs one strided GEMM on the current pool. Every pointer offset was bounds-checked by
 /// `GemmSpec::validate`.
 pub(crate) fn gemm_raw(spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32], parallel: bool) {
+    // SAFETY: `c` is uniquely borrowed for the call and holds every element the spec addresses.
+    unsafe { gemm_into(spec, a, b, c.as_mut_ptr(), c.len(), parallel) }
+}
+
+/// Columns per task of [`gemm_by_columns`]: a fixed width (not derived from the thread count),
+/// and the split is made on any number of threads, so the products do not depend on how many
+/// threads run them (the `gemm` crate's kernels for a block's last, partial tile may sum in
+/// another order than a whole-width product's).
+const GEMM_COLUMN_BLOCK: usize = 128;
+/// Up to this many rows, the `gemm` crate runs a product on one thread whatever its width (its
+/// tasks split the rows), so [`gemm_by_columns`] splits the columns instead.
+const GEMM_FEW_ROWS: usize = 128;
+
+/// A GEMM with few rows (ALBERT's and the LSTMs' projections of a sentence: 50–150 rows against
+/// 768–2048 columns) split into fixed-width column blocks that run in parallel, each on one
+/// thread. The `gemm` crate keeps such a product on a single thread, so the first half of a
+/// short Kokoro utterance left every other core idle. Same sums over k for every element
+/// (each block is the same product restricted to its columns).
+fn gemm_by_columns(spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+    struct Out(*mut f32, usize);
+    // SAFETY: the blocks write disjoint columns of C; the pointer outlives the scope below.
+    unsafe impl Sync for Out {}
+    let out = Out(c.as_mut_ptr(), c.len());
+    let blocks = spec.n.div_ceil(GEMM_COLUMN_BLOCK);
+    (0..blocks).into_par_iter().for_each(|blk| {
+        let n0 = blk * GEMM_COLUMN_BLOCK;
+        let mut part = *spec;
+        part.n = GEMM_COLUMN_BLOCK.min(spec.n - n0);
+        part.b.offset += n0 * spec.b.col_stride;
+        part.c.offset += n0 * spec.c.col_stride;
+        let out = &out;
+        // SAFETY: `part` addresses a subset of the elements `spec` addresses (validated by the
+        // caller), and no two blocks share an element of C.
+        unsafe { gemm_into(&part, a, b, out.0, out.1, false) }
+    });
+}
+
+/// [`gemm_raw`] with C given as a pointer, so disjoint column blocks can be computed at once.
+///
+/// # Safety
+/// `c` points to `c_len` writable floats that hold every element `spec` addresses in C, and no
+/// other thread reads or writes those elements during the call.
+unsafe fn gemm_into(spec: &GemmSpec, a: &[f32], b: &[f32], c_ptr: *mut f32, c_len: usize, parallel: bool) {
     let par = if parallel { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
     for bi in 0..spec.batch {
         let ao = spec.a.offset + bi * spec.a.batch_stride;
@@ -93,6 +136,7 @@ pub(crate) fn gemm_raw(spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32], par
         if spec.m == 0 || spec.n == 0 {
             continue;
         }
+        debug_assert!(co < c_len, "C's offset {co} past its {c_len} values");
         let (a_ptr, b_ptr) = (a.as_ptr().wrapping_add(ao.min(a.len())), b.as_ptr().wrapping_add(bo.min(b.len())));
         let (a_rs, a_cs, b_rs, b_cs) =
             (spec.a.row_stride as isize, spec.a.col_stride as isize, spec.b.row_stride as isize, spec.b.col_stride as isize);
@@ -106,15 +150,16 @@ pub(crate) fn gemm_raw(spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32], par
         // strided panel from one side to the other.)
         let transpose = spec.a.row_stride != 1 && spec.b.col_stride == 1 && spec.b.row_stride != 1;
         // SAFETY: validate() proved that every element addressed through these offsets and
-        // strides lies inside the slices; `c` is uniquely borrowed and does not alias a or b.
-        // The transposed call addresses exactly the same elements through swapped strides.
+        // strides lies inside the slices (C's inside `c_len`); the caller guarantees C's
+        // elements are this call's alone, and C does not alias a or b. The transposed call
+        // addresses exactly the same elements through swapped strides.
         unsafe {
             if transpose {
                 gemm::gemm(
                     spec.n,
                     spec.m,
                     spec.k,
-                    c.as_mut_ptr().add(co),
+                    c_ptr.add(co),
                     c_rs,
                     c_cs,
                     spec.beta != 0.0,
@@ -136,7 +181,7 @@ pub(crate) fn gemm_raw(spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32], par
                     spec.m,
                     spec.n,
                     spec.k,
-                    c.as_mut_ptr().add(co),
+                    c_ptr.add(co),
                     c_cs,
                     c_rs,
                     spec.beta != 0.0,
@@ -223,7 +268,12 @@ impl Backend for CpuBackend {
     fn gemm(&self, spec: &GemmSpec, a: &Vec<f32>, b: &Vec<f32>, bias: Option<&Vec<f32>>, c: &mut Vec<f32>) -> Result<()> {
         spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
         self.run(|| {
-            gemm_raw(spec, a, b, c, true);
+            // On one thread too, so the sums are the same whatever the thread count.
+            if spec.batch == 1 && spec.m <= GEMM_FEW_ROWS && spec.n >= 2 * GEMM_COLUMN_BLOCK {
+                gemm_by_columns(spec, a, b, c);
+            } else {
+                gemm_raw(spec, a, b, c, true);
+            }
             if let Some(bias) = bias {
                 // A separate, row-parallel pass: seeding C with the bias and accumulating
                 // (read_dst) costs the GEMM more than this pass does.
