@@ -74,7 +74,7 @@ const IM2COL_BLOCK_VALUES: usize = 256 * 1024;
 
 /// Output rows per task: as many as fit one im2col block, but at least 16 (the GEMM's row
 /// tiles) and few enough that every thread gets about four blocks.
-pub(crate) fn rows_per_block(n_out: usize, kc: usize, threads: usize) -> usize {
+fn rows_per_block(n_out: usize, kc: usize, threads: usize) -> usize {
     let fit = (IM2COL_BLOCK_VALUES / kc.max(1)).max(16);
     let share = n_out.div_ceil(4 * threads.max(1)).max(16);
     fit.min(share)
@@ -170,8 +170,7 @@ fn grouped_into(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y
 /// The im2col rows of group `g` for output rows `t0..t0 + col.len() / kc` of one batch item
 /// `xb` (`[n, c_in]`): row `i` holds, tap after tap, the group's `c_in / groups` channels of the
 /// input row that tap reads (zeros on padding), so its columns run in (tap, channel) order.
-/// Shared with the bf16 backend's dense convolution, which rounds these values as it packs them.
-pub(crate) fn im2col_rows(spec: &Conv1dSpec, xb: &[f32], g: usize, t0: usize, col: &mut [f32]) {
+fn im2col_rows(spec: &Conv1dSpec, xb: &[f32], g: usize, t0: usize, col: &mut [f32]) {
     let Conv1dSpec { c_in, kernel, groups, .. } = *spec;
     let cin_g = c_in / groups;
     let kc = kernel * cin_g;
