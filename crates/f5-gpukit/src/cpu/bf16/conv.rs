@@ -28,6 +28,7 @@
 use rayon::prelude::*;
 
 use super::gemm::{Avx512Bf16, MR, NR};
+use crate::cpu::conv::{merged_taps, padded_row_len, rows_read, tap_offsets};
 use crate::cpu::scratch::{with_scratch_u32, with_scratch_usize};
 use crate::spec::Conv1dSpec;
 
@@ -101,39 +102,23 @@ fn pack_filters(spec: &Conv1dSpec, w: &[u16], j0: usize, panel: &mut [u32]) {
 /// read to bf16 pairs, tabulates each tile's source rows, and runs the tile kernel over every
 /// filter panel (outer: one panel stays in L2) and tile (inner).
 fn conv_block(cpu: Avx512Bf16, spec: &Conv1dSpec, xb: &[f32], packed: &[u32], bias: Option<&[f32]>, t0: usize, yblk: &mut [f32]) {
-    let Conv1dSpec { n, c_in, c_out, kernel, stride, dilation, pad, pad_mode, .. } = *spec;
+    let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
     let rows = yblk.len() / c_out;
     let tiles = rows.div_ceil(MR);
     let pairs = c_in.div_ceil(2);
-    let source = |t: usize, k: usize| pad_mode.source(t * stride + k * dilation, pad, n);
     // The input rows this block reads: lo..hi (empty if every tap falls on padding).
-    let (mut lo, mut hi) = (usize::MAX, 0);
-    for t in t0..t0 + rows {
-        for k in 0..kernel {
-            if let Some(s) = source(t, k) {
-                lo = lo.min(s);
-                hi = hi.max(s + 1);
-            }
-        }
-    }
-    let lo = lo.min(hi);
+    let (lo, hi) = rows_read(spec, t0, rows);
+    // Rows padded so that a tile's rows do not share one L1 set (see `padded_row_len`).
+    let row_len = padded_row_len(pairs);
     // The converted rows, then one zero row that padding taps (and rows past the block) read.
-    let zero_row = (hi - lo) * pairs;
-    with_scratch_u32(zero_row + pairs, |xq| {
-        convert_rows(cpu, &xb[lo * c_in..hi * c_in], c_in, &mut xq[..zero_row]);
+    let zero_row = (hi - lo) * row_len;
+    with_scratch_u32(zero_row + row_len, |xq| {
+        convert_rows(cpu, &xb[lo * c_in..hi * c_in], c_in, row_len, &mut xq[..zero_row]);
         xq[zero_row..].fill(0);
         let xq = &*xq;
         // Per tile, per tap, per row: where that row's source row starts in `xq`.
         with_scratch_usize(tiles * kernel * MR, |offsets| {
-            for (ti, tile) in offsets.chunks_mut(kernel * MR).enumerate() {
-                for (k, tap) in tile.chunks_mut(MR).enumerate() {
-                    for (r, off) in tap.iter_mut().enumerate() {
-                        let i = ti * MR + r;
-                        let s = if i < rows { source(t0 + i, k) } else { None };
-                        *off = s.map_or(zero_row, |s| (s - lo) * pairs);
-                    }
-                }
-            }
+            tap_offsets(spec, t0, rows, MR, lo, row_len, zero_row, offsets);
             let offsets = &*offsets;
             let panel_len = kernel * pairs * NR;
             for jp in 0..c_out.div_ceil(NR) {
@@ -144,7 +129,12 @@ fn conv_block(cpu: Avx512Bf16, spec: &Conv1dSpec, xb: &[f32], packed: &[u32], bi
                     let r0 = ti * MR;
                     let tile_rows = (rows - r0).min(MR);
                     let out = &mut yblk[r0 * c_out + j0..(r0 + tile_rows - 1) * c_out + j0 + cols];
-                    let tile = Tile { taps: kernel, pairs, offsets: &offsets[ti * kernel * MR..(ti + 1) * kernel * MR] };
+                    let offs = &offsets[ti * kernel * MR..(ti + 1) * kernel * MR];
+                    let tile = if merged_taps(offs, MR, pairs, row_len) {
+                        Tile { taps: 1, pairs: kernel * pairs, offsets: &offs[..MR] }
+                    } else {
+                        Tile { taps: kernel, pairs, offsets: offs }
+                    };
                     tile_kernel(cpu, &tile, xq, panel, bias, out, c_out, tile_rows);
                 }
             }
@@ -160,20 +150,21 @@ struct Tile<'a> {
     offsets: &'a [usize],
 }
 
-/// Rounds the rows `x` (`c_in` values each) to bf16 pairs: `dst` gets `c_in/2` dwords per row
-/// (the high half of the last one zero when `c_in` is odd).
-fn convert_rows(cpu: Avx512Bf16, x: &[f32], c_in: usize, dst: &mut [u32]) {
+/// Rounds the rows `x` (`c_in` values each) to bf16 pairs: row `i` of `dst` (a stride of
+/// `row_len` dwords) starts with `c_in/2` dwords (the high half of the last one zero when
+/// `c_in` is odd); the rest of the stride is left as it was.
+fn convert_rows(cpu: Avx512Bf16, x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32]) {
     let pairs = c_in.div_ceil(2);
     if c_in == 0 {
         return;
     }
     let rows = x.len() / c_in;
-    assert!(dst.len() == rows * pairs && x.len() == rows * c_in, "converted rows do not match their source");
+    assert!(row_len >= pairs && dst.len() == rows * row_len && x.len() == rows * c_in, "converted rows do not match their source");
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `cpu` proves AVX-512 F and BF16; the lengths are checked above.
     unsafe {
         let _ = cpu;
-        x86::convert_rows(x.as_ptr(), rows, c_in, dst.as_mut_ptr());
+        x86::convert_rows(x.as_ptr(), rows, c_in, row_len, dst.as_mut_ptr());
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -235,15 +226,15 @@ mod x86 {
     }
 
     /// # Safety
-    /// AVX-512 F and BF16 present; `x` holds `rows·c_in` floats, `dst` `rows·⌈c_in/2⌉` dwords.
+    /// AVX-512 F and BF16 present; `x` holds `rows·c_in` floats, `dst` `rows·row_len` dwords,
+    /// `row_len ≥ ⌈c_in/2⌉`.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn convert_rows(x: *const f32, rows: usize, c_in: usize, dst: *mut u32) {
-        let pairs = c_in.div_ceil(2);
+    pub(super) unsafe fn convert_rows(x: *const f32, rows: usize, c_in: usize, row_len: usize, dst: *mut u32) {
         for i in 0..rows {
             // SAFETY (whole block): every access lies in row i of x or dst; masked loads and
             // stores touch only their enabled lanes.
             unsafe {
-                let (src, out) = (x.add(i * c_in), dst.add(i * pairs));
+                let (src, out) = (x.add(i * c_in), dst.add(i * row_len));
                 let mut c = 0;
                 while c + 32 <= c_in {
                     let lo = _mm512_loadu_ps(src.add(c));

@@ -113,7 +113,9 @@ fn f32_sum_bound(terms: usize) -> f64 {
 /// Shapes: (batch, n, c_in, c_out, kernel, stride, dilation, pad, pad mode). They cover the
 /// generator's k3/k7/k11 with dilations 1/3/5, stride 2, padding on both sides, odd `K·c_in`,
 /// long sums (`K·c_in` = 700 and 6150), channels not a multiple of the 32-wide tile
-/// (the last panel 20 wide, so it is stored in both halves, the second masked),
+/// (the last panel 20 wide, so it is stored in both halves, the second masked), dilation 1
+/// with 32 channels (16 pairs, a whole cache line: interior tiles run their taps as one run),
+/// at strides 1 and 2,
 /// row counts that are not a multiple of the 12-row tile or the row block, and an input wide
 /// enough (`c_in` = 2050, not a multiple of the 32-value conversion) that the row blocks are
 /// cut by the size of their bf16 input copy rather than by the thread count.
@@ -129,6 +131,8 @@ fn shapes() -> Vec<Conv1dSpec> {
         s(1, 211, 100, 33, 7, 1, 1, 3),
         s(1, 5, 3, 2, 3, 1, 1, 0),
         s(1, 45, 10, 52, 3, 1, 1, 1),
+        s(1, 70, 32, 20, 5, 1, 1, 2),
+        s(1, 61, 32, 9, 3, 2, 1, 1),
         s(1, 400, 2050, 5, 3, 1, 2, 2),
         s(1, 40, 6, 9, 5, 1, 1, 2).pad_mode(PadMode::Reflect),
     ]
