@@ -234,6 +234,13 @@ mod x86 {
         rows: usize,
         width: usize,
     ) {
+        // The output rows' lines, requested for writing now so that the stores at the end do
+        // not wait for them (they were measured at a tenth of a k3 tile's time otherwise).
+        for r in 0..rows {
+            let dst = out.wrapping_add(r * ldy);
+            _mm_prefetch::<_MM_HINT_ET0>(dst as *const i8);
+            _mm_prefetch::<_MM_HINT_ET0>(dst.wrapping_add(width - 1) as *const i8);
+        }
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
         for k in 0..taps {
             // SAFETY (whole block): offsets and B within the caller's contract.
@@ -261,10 +268,21 @@ mod x86 {
             } else {
                 (_mm512_maskz_loadu_ps(m0, bias), _mm512_maskz_loadu_ps(m1, bias.wrapping_add(16)))
             };
-            for (r, row) in acc.iter().enumerate().take(rows) {
+            let store = |r: usize, row: &[__m512; 2]| {
                 let dst = out.add(r * ldy);
                 _mm512_mask_storeu_ps(dst, m0, _mm512_add_ps(bias0, row[0]));
                 _mm512_mask_storeu_ps(dst.wrapping_add(16), m1, _mm512_add_ps(bias1, row[1]));
+            };
+            // A whole tile (the common case) with a fixed trip count, so the accumulators are
+            // stored from their registers instead of being spilled to the stack first.
+            if rows == MR {
+                for (r, row) in acc.iter().enumerate() {
+                    store(r, row);
+                }
+            } else {
+                for (r, row) in acc.iter().enumerate().take(rows) {
+                    store(r, row);
+                }
             }
         }
     }
