@@ -324,7 +324,10 @@ mod x86 {
                     store(r, row);
                 }
             } else {
-                for (r, row) in acc.iter().enumerate().take(rows) {
+                // A copy indexed by a run-time count, so that `acc` itself is never indexed
+                // that way: that kept it in memory (zeroed by a memset per tile) throughout.
+                let partial = acc;
+                for (r, row) in partial.iter().enumerate().take(rows) {
                     store(r, row);
                 }
             }
