@@ -1,14 +1,25 @@
-//! Dense 1-D convolution with a bf16 filter bank on the AVX-512 BF16 kernel.
+//! Dense 1-D convolution with a bf16 filter bank on AVX-512 BF16 (`vdpbf16ps`).
 //!
-//! The same blocked im2col as the f32 path (`cpu::conv`): one cache-sized block of output rows
-//! per task, its im2col rows built in f32 by the shared helper, then multiplied — here by the
-//! bf16 micro-kernel of [`gemm`](super::gemm): the im2col values are rounded to bf16 while they
-//! are packed into micro-tiles, the filters were rounded once at upload, products are summed in
-//! f32 and the output stays f32. The output rows start as the bias (or zero) and the sums are
-//! added to them, as the f32 path does.
+//! A dense convolution is a sum over taps of GEMMs: `y[t] = bias + Σ_k x[src(t, k)] · W_k`, with
+//! `W_k` the `[c_in, c_out]` filter matrix of tap `k`. The micro-kernel here computes an
+//! [`MR`]×[`NR`] tile of `y` over all taps at once, reading each tap's A rows straight from a
+//! bf16 copy of the input rows: there is no im2col matrix. Per cache-sized block of output rows
+//! (one rayon task each) the input rows the block sees are rounded to bf16 pairs once (32
+//! values per `vcvtne2ps2bf16`, written with whole-vector stores); a table then gives, per
+//! 12-row tile and tap, where each output row's source row lies in that copy, or a zero row
+//! where the tap falls on zero padding. A K-tap convolution thus converts each input row
+//! about once instead of writing it K times into an f32 im2col and then packing it again.
 //!
-//! The filters `[c_out, c_in, K]` are packed once per call into the kernel's B panels in (tap,
-//! channel) row order, matching the im2col columns, and shared by every block.
+//! The filters `[c_out, c_in, K]` are packed once per call into panels of [`NR`] output
+//! channels, `[K][c_in/2][NR]` dwords of bf16 pairs `(w[co, 2j, k], w[co, 2j+1, k])` — the
+//! operand layout `vdpbf16ps` multiplies lane by lane — in scratch reused across calls. An odd
+//! `c_in` gets a zero channel appended to the input copy and zero weights, so every tap's
+//! channels start on a pair boundary.
+//!
+//! Arithmetic: the inputs are rounded to bf16 (round to nearest even; `vcvtne2ps2bf16` reads
+//! subnormal inputs as zero, which model activations never are), the filters were rounded once
+//! at upload, products are summed in f32 over (tap, channel) and the output is `bias + sum` in
+//! f32, written once.
 //!
 //! Only dense convolutions (`groups == 1`: Kokoro's generator and decoder convs) take this path.
 //! Grouped and depthwise ones have a handful of taps per output and no GEMM worth the rounding;
@@ -16,10 +27,15 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{micro_kernel, to_bf16, Avx512Bf16, KC_PAIRS, MR, NR};
-use crate::cpu::conv::{im2col_rows, rows_per_block};
-use crate::cpu::scratch::with_scratch;
+use super::gemm::{Avx512Bf16, MR, NR};
+use crate::cpu::conv::{merged_taps, padded_row_len, rows_read, tap_offsets};
+use crate::cpu::scratch::{with_scratch_u32, with_scratch_usize};
 use crate::spec::Conv1dSpec;
+
+/// The bf16 copy of the input rows one task converts: about this many bytes (plus the taps'
+/// reach), so that it and one filter panel (`K·c_in/2·NR` dwords, ≤ 200 KiB for Kokoro's
+/// shapes) stay in the core's L2 cache while every panel's tiles read them.
+const X_BLOCK_BYTES: usize = 256 * 1024;
 
 /// `y = conv(x, w) + bias` for a dense (`groups == 1`) convolution with bf16 filters `w`
 /// (`[c_out, c_in, K]` bf16 bits). `spec` must have been validated against the operands.
@@ -30,146 +46,289 @@ pub(crate) fn conv1d_dense(cpu: Avx512Bf16, spec: &Conv1dSpec, x: &[f32], w: &[u
     if n_out == 0 || c_out == 0 {
         return;
     }
-    match bias {
-        Some(bv) => y[..batch * n_out * c_out].par_chunks_mut(c_out).for_each(|r| r.copy_from_slice(&bv[..c_out])),
-        None => y[..batch * n_out * c_out].fill(0.0),
-    }
-    let kc = kernel * c_in;
-    if kc == 0 {
-        return;
-    }
-    let kp = kc.div_ceil(2);
+    let pairs = c_in.div_ceil(2);
+    let panel_len = kernel * pairs * NR;
     let panels = c_out.div_ceil(NR);
-    let panel_len = kp * NR;
-    let mut packed = vec![0u32; panels * panel_len];
-    packed.par_chunks_mut(panel_len).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, panel));
-    let packed = &packed[..];
-    let rb = rows_per_block(n_out, kc, rayon::current_num_threads());
-    for b in 0..batch {
-        let xb = &x[b * n * c_in..(b + 1) * n * c_in];
-        let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
-        yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
-            let rows = yblk.len() / c_out;
-            with_scratch(rows * kc, |col| {
-                im2col_rows(spec, xb, 0, blk * rb, col);
-                let tiles = rows.div_ceil(MR);
-                let mut a = vec![0u32; tiles * kp * MR];
-                for (t, tile) in a.chunks_mut(kp * MR).enumerate() {
-                    pack_rows(cpu, col, kc, t * MR, rows, tile);
-                }
-                for kb in (0..kp).step_by(KC_PAIRS) {
-                    let pairs = KC_PAIRS.min(kp - kb);
-                    for jp in 0..panels {
-                        let bp = &packed[jp * panel_len + kb * NR..jp * panel_len + (kb + pairs) * NR];
-                        let (j0, cols) = (jp * NR, (c_out - jp * NR).min(NR));
-                        for (t, at) in a.chunks(kp * MR).enumerate() {
-                            let mut acc = [0.0f32; MR * NR];
-                            micro_kernel(cpu, pairs, &at[kb * MR..(kb + pairs) * MR], bp, &mut acc);
-                            let r0 = t * MR;
-                            for r in 0..(rows - r0).min(MR) {
-                                let yrow = &mut yblk[(r0 + r) * c_out + j0..(r0 + r) * c_out + j0 + cols];
-                                for (d, &s) in yrow.iter_mut().zip(&acc[r * NR..r * NR + cols]) {
-                                    *d += s;
-                                }
-                            }
-                        }
-                    }
-                }
+    with_scratch_u32(panels * panel_len, |packed| {
+        packed.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, panel));
+        let packed = &*packed;
+        let rb = rows_per_block(spec, rayon::current_num_threads());
+        for b in 0..batch {
+            let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+            let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
+            yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
+                conv_block(cpu, spec, xb, packed, bias, blk * rb, yblk);
             });
-        });
-    }
+        }
+    });
 }
 
-/// Columns `j0..j0 + NR` (output channels) of the filter matrix `B[q, co]`, `q = k·c_in + ci`
-/// (the im2col column order), as `[kc/2][NR]` dwords of bf16 pairs `(B[2p], B[2p+1])`; channels
-/// past `c_out` and the half pair past an odd `kc` are zero.
+/// Output rows per task: a multiple of [`MR`] whose input rows fit [`X_BLOCK_BYTES`] as bf16,
+/// and few enough that every thread gets about four blocks.
+fn rows_per_block(spec: &Conv1dSpec, threads: usize) -> usize {
+    let row_bytes = 4 * spec.c_in.div_ceil(2).max(1);
+    let reach = spec.dilation * spec.kernel.saturating_sub(1);
+    let fit = (X_BLOCK_BYTES / row_bytes).saturating_sub(reach) / spec.stride.max(1);
+    let share = spec.n_out().div_ceil(4 * threads.max(1));
+    fit.min(share).div_ceil(MR).max(1) * MR
+}
+
+/// Output channels `j0..j0 + NR` of the filters `[c_out, c_in, K]` as `[K][c_in/2][NR]` dwords
+/// of bf16 pairs `(w[co, 2j, k], w[co, 2j + 1, k])`; channels past `c_out` and the half pair
+/// past an odd `c_in` are zero. Every dword of `panel` is written.
 fn pack_filters(spec: &Conv1dSpec, w: &[u16], j0: usize, panel: &mut [u32]) {
     let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
-    let kc = kernel * c_in;
-    let kp = kc.div_ceil(2);
-    // Filter value of column q of output channel co: w[co, ci, k].
-    let at = |co: usize, q: usize| w[co * kc + (q % c_in) * kernel + q / c_in] as u32;
+    let pairs = c_in.div_ceil(2);
     for jj in 0..NR {
         let co = j0 + jj;
-        for p in 0..kp {
-            let q = 2 * p;
-            panel[p * NR + jj] = if co >= c_out {
-                0
-            } else {
-                let hi = if q + 1 < kc { at(co, q + 1) } else { 0 };
-                at(co, q) | (hi << 16)
-            };
-        }
-    }
-}
-
-/// Rows `r0..r0 + MR` of the f32 im2col block `col` (`rows × kc`) as one A micro-tile,
-/// `[kc/2][MR]` dwords of bf16 pairs, each value rounded to bf16 here; rows past `rows` and the
-/// half pair past an odd `kc` are zero.
-fn pack_rows(cpu: Avx512Bf16, col: &[f32], kc: usize, r0: usize, rows: usize, tile: &mut [u32]) {
-    let kp = kc.div_ceil(2);
-    for r in 0..MR {
-        if r0 + r >= rows {
-            for p in 0..kp {
-                tile[p * MR + r] = 0;
-            }
+        if co >= c_out {
+            panel.iter_mut().skip(jj).step_by(NR).for_each(|v| *v = 0);
             continue;
         }
-        let row = &col[(r0 + r) * kc..(r0 + r + 1) * kc];
-        // Whole runs of 32 values convert 32 at a time; the rest (and other CPUs' tests) below.
-        let done = vector_pairs(cpu, row, r, tile);
-        for (p, pair) in row.chunks(2).enumerate().skip(done) {
-            let lo = to_bf16(pair[0]) as u32;
-            let hi = pair.get(1).map_or(0, |&v| to_bf16(v) as u32);
-            tile[p * MR + r] = lo | (hi << 16);
+        let filter = &w[co * c_in * kernel..(co + 1) * c_in * kernel];
+        for j in 0..pairs {
+            // The taps of channels 2j and 2j + 1 are contiguous in the filter.
+            let lo = &filter[2 * j * kernel..(2 * j + 1) * kernel];
+            let hi = filter.get((2 * j + 1) * kernel..(2 * j + 2) * kernel);
+            for k in 0..kernel {
+                let h = hi.map_or(0, |h| h[k] as u32);
+                panel[(k * pairs + j) * NR + jj] = lo[k] as u32 | (h << 16);
+            }
         }
     }
 }
 
-/// Packs the pairs of `row` that fill whole 32-value runs into column `r` of the tile with
-/// `vcvtne2ps2bf16` (round to nearest even, as [`to_bf16`]; it also reads subnormal inputs as
-/// zero, which model activations never are); returns how many pairs it packed. This conversion
-/// was as costly as the multiply when done one value at a time.
-fn vector_pairs(cpu: Avx512Bf16, row: &[f32], r: usize, tile: &mut [u32]) -> usize {
-    let runs = row.len() / 32;
-    assert!(r < MR && tile.len() > (runs * 16).saturating_sub(1) * MR + r, "tile too short");
+/// Output rows `t0..t0 + yblk.len() / c_out` of one batch item: converts the input rows they
+/// read to bf16 pairs, tabulates each tile's source rows, and runs the tile kernel over every
+/// filter panel (outer: one panel stays in L2) and tile (inner).
+fn conv_block(cpu: Avx512Bf16, spec: &Conv1dSpec, xb: &[f32], packed: &[u32], bias: Option<&[f32]>, t0: usize, yblk: &mut [f32]) {
+    let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
+    let rows = yblk.len() / c_out;
+    let tiles = rows.div_ceil(MR);
+    let pairs = c_in.div_ceil(2);
+    // The input rows this block reads: lo..hi (empty if every tap falls on padding).
+    let (lo, hi) = rows_read(spec, t0, rows);
+    // Rows padded so that a tile's rows do not share one L1 set (see `padded_row_len`).
+    let row_len = padded_row_len(pairs);
+    // The converted rows, then one zero row that padding taps (and rows past the block) read.
+    let zero_row = (hi - lo) * row_len;
+    with_scratch_u32(zero_row + row_len, |xq| {
+        convert_rows(cpu, &xb[lo * c_in..hi * c_in], c_in, row_len, &mut xq[..zero_row]);
+        xq[zero_row..].fill(0);
+        let xq = &*xq;
+        // Per tile, per tap, per row: where that row's source row starts in `xq`.
+        with_scratch_usize(tiles * kernel * MR, |offsets| {
+            tap_offsets(spec, t0, rows, MR, lo, row_len, zero_row, offsets);
+            let offsets = &*offsets;
+            let panel_len = kernel * pairs * NR;
+            for jp in 0..c_out.div_ceil(NR) {
+                let (j0, cols) = (jp * NR, (c_out - jp * NR).min(NR));
+                let panel = &packed[jp * panel_len..(jp + 1) * panel_len];
+                let bias = bias.map(|b| &b[j0..j0 + cols]);
+                for ti in 0..tiles {
+                    let r0 = ti * MR;
+                    let tile_rows = (rows - r0).min(MR);
+                    let out = &mut yblk[r0 * c_out + j0..(r0 + tile_rows - 1) * c_out + j0 + cols];
+                    let offs = &offsets[ti * kernel * MR..(ti + 1) * kernel * MR];
+                    let tile = if merged_taps(offs, MR, pairs, row_len) {
+                        Tile { taps: 1, pairs: kernel * pairs, offsets: &offs[..MR] }
+                    } else {
+                        Tile { taps: kernel, pairs, offsets: offs }
+                    };
+                    tile_kernel(cpu, &tile, xq, panel, bias, out, c_out, tile_rows);
+                }
+            }
+        });
+    });
+}
+
+/// Where one tile's A operand lies: `offsets[k·MR + r]` is the start, in the bf16 input copy,
+/// of the `pairs` dwords that row `r` reads at tap `k`.
+struct Tile<'a> {
+    taps: usize,
+    pairs: usize,
+    offsets: &'a [usize],
+}
+
+/// Rounds the rows `x` (`c_in` values each) to bf16 pairs: row `i` of `dst` (a stride of
+/// `row_len` dwords) starts with `c_in/2` dwords (the high half of the last one zero when
+/// `c_in` is odd); the rest of the stride is left as it was.
+fn convert_rows(cpu: Avx512Bf16, x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32]) {
+    let pairs = c_in.div_ceil(2);
+    if c_in == 0 {
+        return;
+    }
+    let rows = x.len() / c_in;
+    assert!(row_len >= pairs && dst.len() == rows * row_len && x.len() == rows * c_in, "converted rows do not match their source");
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `cpu` proves AVX-512 F and BF16; `row` holds `runs·32` values and the tile the
-    // stores (checked above).
+    // SAFETY: `cpu` proves AVX-512 F and BF16; the lengths are checked above.
     unsafe {
         let _ = cpu;
-        x86::pack_runs(row.as_ptr(), runs, r, tile.as_mut_ptr());
+        x86::convert_rows(x.as_ptr(), rows, c_in, row_len, dst.as_mut_ptr());
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (cpu, tile);
+        let _ = (cpu, dst);
         unreachable!("AVX-512 BF16 token off x86-64")
     }
-    runs * 16
+}
+
+/// `out[r·ldy + j] = bias[j] + Σ_k Σ_p A(r, k, p) · B(k, p, j)` for rows `r < rows` and columns
+/// `j < out`'s width in this panel (`bias.len()` when given, else up to [`NR`]), A read from
+/// `xq` at the tile's offsets, B the packed panel `[K][pairs][NR]`.
+#[allow(clippy::too_many_arguments)]
+fn tile_kernel(
+    cpu: Avx512Bf16,
+    tile: &Tile<'_>,
+    xq: &[u32],
+    panel: &[u32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    ldy: usize,
+    rows: usize,
+) {
+    let Tile { taps, pairs, offsets } = *tile;
+    // The tile's width: `out` spans (rows − 1) whole strides plus the width.
+    assert!((1..=MR).contains(&rows), "tile rows");
+    let width = out.len().saturating_sub((rows - 1) * ldy);
+    assert!((1..=NR).contains(&width) && out.len() == (rows - 1) * ldy + width, "tile shape");
+    assert!(bias.is_none_or(|b| b.len() == width), "bias width");
+    assert!(offsets.len() == taps * MR && offsets.iter().all(|&o| o + pairs <= xq.len()), "A offsets outside the input copy");
+    assert!(panel.len() >= taps * pairs * NR, "filter panel too short");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `cpu` proves AVX-512 F and BF16; every A read lies at an offset checked above, B
+    // reads within `taps·pairs·NR`, and the stores within `out` (its shape checked above).
+    unsafe {
+        let _ = cpu;
+        let bias = bias.map_or(std::ptr::null(), |b| b.as_ptr());
+        x86::tile_kernel(taps, pairs, xq.as_ptr(), offsets.as_ptr(), panel.as_ptr(), bias, out.as_mut_ptr(), ldy, rows, width);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (cpu, xq, panel, out);
+        unreachable!("AVX-512 BF16 token off x86-64")
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::MR;
+    use super::{MR, NR};
     use std::arch::x86_64::*;
 
+    /// Mask of the first `n` of 16 lanes (`n` ≥ 16: all).
+    #[inline(always)]
+    fn lanes(n: usize) -> __mmask16 {
+        if n >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << n) - 1) as __mmask16
+        }
+    }
+
     /// # Safety
-    /// AVX-512 F and BF16 present; `row` holds `runs·32` floats; `tile` holds index
-    /// `(runs·16 − 1)·MR + r`.
+    /// AVX-512 F and BF16 present; `x` holds `rows·c_in` floats, `dst` `rows·row_len` dwords,
+    /// `row_len ≥ ⌈c_in/2⌉`.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn pack_runs(row: *const f32, runs: usize, r: usize, tile: *mut u32) {
-        for c in 0..runs {
-            // SAFETY (whole block): within the bounds of the caller's contract.
+    pub(super) unsafe fn convert_rows(x: *const f32, rows: usize, c_in: usize, row_len: usize, dst: *mut u32) {
+        for i in 0..rows {
+            // SAFETY (whole block): every access lies in row i of x or dst; masked loads and
+            // stores touch only their enabled lanes.
             unsafe {
-                let lo = _mm512_loadu_ps(row.add(32 * c));
-                let hi = _mm512_loadu_ps(row.add(32 * c + 16));
-                // Low half from `lo`, high half from `hi`: bf16 values in row order, so dword i
-                // is the pair (2i, 2i + 1).
-                let pairs: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
-                let mut dwords = [0u32; 16];
-                _mm512_storeu_si512(dwords.as_mut_ptr() as *mut __m512i, pairs);
-                for (i, &d) in dwords.iter().enumerate() {
-                    *tile.add((16 * c + i) * MR + r) = d;
+                let (src, out) = (x.add(i * c_in), dst.add(i * row_len));
+                let mut c = 0;
+                while c + 32 <= c_in {
+                    let lo = _mm512_loadu_ps(src.add(c));
+                    let hi = _mm512_loadu_ps(src.add(c + 16));
+                    // Low half from `lo`, high half from `hi`: dword i is the pair (2i, 2i + 1).
+                    _mm512_storeu_si512(
+                        out.add(c / 2) as *mut __m512i,
+                        std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo)),
+                    );
+                    c += 32;
+                }
+                if c < c_in {
+                    let left = c_in - c;
+                    let lo = _mm512_maskz_loadu_ps(lanes(left), src.add(c));
+                    let hi = _mm512_maskz_loadu_ps(lanes(left.saturating_sub(16)), src.wrapping_add(c + 16));
+                    let words = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+                    _mm512_mask_storeu_epi32(out.add(c / 2) as *mut i32, lanes(left.div_ceil(2)), words);
+                }
+            }
+        }
+    }
+
+    /// The `MR`×`NR` tile over all taps: per pair, two B vectors and one broadcast A pair per
+    /// row feed `vdpbf16ps`, 24 accumulators held in registers; then `bias + acc` is stored.
+    ///
+    /// # Safety
+    /// AVX-512 F and BF16 present; `offsets` holds `taps·MR` entries `o` with `o + pairs` dwords
+    /// inside `xq`; `b` holds `taps·pairs·NR` dwords; `bias` is null or holds `width` floats;
+    /// `out` holds `(rows − 1)·ldy + width` floats, `1 ≤ rows ≤ MR`, `1 ≤ width ≤ NR`.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tile_kernel(
+        taps: usize,
+        pairs: usize,
+        xq: *const u32,
+        offsets: *const usize,
+        b: *const u32,
+        bias: *const f32,
+        out: *mut f32,
+        ldy: usize,
+        rows: usize,
+        width: usize,
+    ) {
+        // The output rows' lines, requested for writing now so that the stores at the end do
+        // not wait for them (they were measured at a tenth of a k3 tile's time otherwise).
+        for r in 0..rows {
+            let dst = out.wrapping_add(r * ldy);
+            _mm_prefetch::<_MM_HINT_ET0>(dst as *const i8);
+            _mm_prefetch::<_MM_HINT_ET0>(dst.wrapping_add(width - 1) as *const i8);
+        }
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        for k in 0..taps {
+            // SAFETY (whole block): offsets and B within the caller's contract.
+            unsafe {
+                let a: [*const u32; MR] = std::array::from_fn(|r| xq.add(*offsets.add(k * MR + r)));
+                let bk = b.add(k * pairs * NR);
+                for p in 0..pairs {
+                    let bp = bk.add(p * NR);
+                    let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp as *const __m512i));
+                    let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(16) as *const __m512i));
+                    for (row, ar) in acc.iter_mut().zip(a) {
+                        let pair: __m512bh = std::mem::transmute(_mm512_set1_epi32(*ar.add(p) as i32));
+                        row[0] = _mm512_dpbf16_ps(row[0], pair, b0);
+                        row[1] = _mm512_dpbf16_ps(row[1], pair, b1);
+                    }
+                }
+            }
+        }
+        let (m0, m1) = (super::x86::lanes(width), super::x86::lanes(width.saturating_sub(16)));
+        // SAFETY: bias reads and output stores are masked to the tile's `width` columns and
+        // `rows` rows, inside the caller's contract.
+        unsafe {
+            let (bias0, bias1) = if bias.is_null() {
+                (_mm512_setzero_ps(), _mm512_setzero_ps())
+            } else {
+                (_mm512_maskz_loadu_ps(m0, bias), _mm512_maskz_loadu_ps(m1, bias.wrapping_add(16)))
+            };
+            let store = |r: usize, row: &[__m512; 2]| {
+                let dst = out.add(r * ldy);
+                _mm512_mask_storeu_ps(dst, m0, _mm512_add_ps(bias0, row[0]));
+                _mm512_mask_storeu_ps(dst.wrapping_add(16), m1, _mm512_add_ps(bias1, row[1]));
+            };
+            // A whole tile (the common case) with a fixed trip count, so the accumulators are
+            // stored from their registers instead of being spilled to the stack first.
+            if rows == MR {
+                for (r, row) in acc.iter().enumerate() {
+                    store(r, row);
+                }
+            } else {
+                // A copy indexed by a run-time count, so that `acc` itself is never indexed
+                // that way: that kept it in memory (zeroed by a memset per tile) throughout.
+                let partial = acc;
+                for (r, row) in partial.iter().enumerate().take(rows) {
+                    store(r, row);
                 }
             }
         }

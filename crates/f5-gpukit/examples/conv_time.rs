@@ -1,0 +1,109 @@
+//! Throughput of the CPU backend's dense 1-D convolution, f32 (`CpuBackend`) against bf16
+//! filters (`CpuBf16Backend`, AVX-512 BF16), on the shapes Kokoro-82M's generator and decoder
+//! spend their time in: channels-last input, 'same' padding, 128 channels at k3/k7/k11 with
+//! dilations 1/3/5 over long inputs, 256 channels over shorter ones, 512/1024 channels at k3.
+//!
+//! ```sh
+//! cargo run --release -p f5-gpukit --example conv_time -- --threads 2
+//! ```
+//!
+//! Options: `--threads N` (default 2), `--min-seconds S` (time per shape and precision, default
+//! 1; the best run is reported), `--rounds R` (default 2: f32 and bf16 are timed alternately R
+//! times, so a change in machine load hits both), `--only SUBSTRING` (shapes whose name
+//! contains it). Prints GFLOP/s (2·rows·c_out·K·c_in / best time) of each precision and the
+//! rel-L2 difference of the bf16 output from the f32 one. Timings are printed, never asserted.
+
+use std::time::Instant;
+
+use f5_gpukit::{Backend, Conv1dSpec, CpuBackend, CpuBf16Backend};
+
+type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Uniform values in [−scale, scale), deterministic.
+fn uniform(len: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            let u = (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
+            ((2.0 * u - 1.0) as f32) * scale
+        })
+        .collect()
+}
+
+/// Best wall time of `f` over at least `min_seconds` (and at least 2 runs).
+fn best_of(min_seconds: f64, mut f: impl FnMut() -> AnyResult<()>) -> AnyResult<f64> {
+    let started = Instant::now();
+    let mut best = f64::INFINITY;
+    let mut runs = 0;
+    while runs < 2 || started.elapsed().as_secs_f64() < min_seconds {
+        let t = Instant::now();
+        f()?;
+        best = best.min(t.elapsed().as_secs_f64());
+        runs += 1;
+    }
+    Ok(best)
+}
+
+fn main() -> AnyResult<()> {
+    let (mut threads, mut min_seconds, mut rounds, mut only) = (2usize, 1.0f64, 2usize, String::new());
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--threads" => threads = value.parse()?,
+            "--min-seconds" => min_seconds = value.parse()?,
+            "--rounds" => rounds = value.parse()?,
+            "--only" => only = value,
+            _ => return Err(format!("unknown option {flag}").into()),
+        }
+    }
+    let f32_kit = CpuBackend::with_threads(threads)?;
+    let bf16_kit = CpuBf16Backend::with_threads(threads)?;
+    println!("{threads} threads; GFLOP/s = 2·rows·c_out·K·c_in / best time");
+    println!("{:<28} {:>10} {:>10} {:>8} {:>12}", "conv (c, K, dilation, rows)", "f32", "bf16", "speed-up", "rel-L2 bf16");
+    // (channels, kernel, dilation, rows): the generator's resblocks at the two upsampled rates,
+    // the decoder's wide k3 convs.
+    let shapes = [
+        (128, 3, 1, 40000),
+        (128, 3, 5, 40000),
+        (128, 7, 1, 40000),
+        (128, 7, 3, 40000),
+        (128, 11, 1, 40000),
+        (128, 11, 5, 40000),
+        (256, 3, 1, 6000),
+        (256, 7, 5, 6000),
+        (256, 11, 3, 6000),
+        (512, 3, 1, 3000),
+        (1024, 3, 1, 1500),
+    ];
+    for (c, kernel, dilation, rows) in shapes {
+        let name = format!("c{c} k{kernel} d{dilation} × {rows}");
+        if !name.contains(&only) {
+            continue;
+        }
+        let spec = Conv1dSpec::new(1, rows, c, c, kernel).dilation(dilation).pad(dilation * (kernel - 1) / 2);
+        let x = uniform(rows * c, 1, 1.0);
+        let w = uniform(c * c * kernel, 2, 1.0 / ((c * kernel) as f32).sqrt());
+        let b = uniform(c, 3, 0.1);
+        let n_y = spec.n_out() * c;
+
+        let (xa, wa, ba) = (f32_kit.upload(&x)?, f32_kit.upload_weight(&w)?, f32_kit.upload(&b)?);
+        let mut ya = f32_kit.alloc(n_y)?;
+        let (xb, wb, bb) = (bf16_kit.upload(&x)?, bf16_kit.upload_weight(&w)?, bf16_kit.upload(&b)?);
+        let mut yb = bf16_kit.alloc(n_y)?;
+        let (mut t32, mut t16) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..rounds {
+            t32 = t32.min(best_of(min_seconds, || Ok(f32_kit.conv1d(&spec, &xa, &wa, Some(&ba), &mut ya)?))?);
+            t16 = t16.min(best_of(min_seconds, || Ok(bf16_kit.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb)?))?);
+        }
+        let (y32, y16) = (f32_kit.download(&ya)?, bf16_kit.download(&yb)?);
+        let num: f64 = y32.iter().zip(&y16).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
+        let den: f64 = y32.iter().map(|&a| (a as f64).powi(2)).sum();
+        let flops = 2.0 * (spec.n_out() * c * kernel * c) as f64;
+        println!("{:<28} {:>10.1} {:>10.1} {:>7.2}× {:>12.2e}", name, flops / t32 / 1e9, flops / t16 / 1e9, t32 / t16, (num / den).sqrt());
+    }
+    Ok(())
+}

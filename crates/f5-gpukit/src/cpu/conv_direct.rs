@@ -1,0 +1,296 @@
+//! Dense 1-D convolution in f32 on AVX-512 F, without an im2col matrix.
+//!
+//! `y[t] = bias + Σ_k x[src(t, k)] · W_k`: a 12×32 register tile of `y` is summed over every
+//! tap and input channel by FMAs whose A operand is broadcast straight from the input rows
+//! (a per-block copy of the rows the block reads, followed by a zero row that padding taps read;
+//! a table gives, per tile, tap and row, where the source row starts) and whose B operand is a
+//! filter panel packed once per call. The im2col path writes every input row K times and the
+//! GEMM then packs that matrix again; here each input row is copied about once, and each
+//! output is written once.
+//!
+//! Each output sums its products in (tap, channel) order after zero and then adds the bias, so
+//! the result does not depend on the blocking or the thread count. CPUs without AVX-512 F take
+//! the im2col + `gemm` crate path (`super::grouped`).
+
+use rayon::prelude::*;
+
+use super::{rows_read, tap_offsets};
+use crate::cpu::scratch::{with_scratch, with_scratch_usize};
+use crate::spec::Conv1dSpec;
+
+/// Rows of the register tile: 12 rows × 2 vectors of 16 lanes = 24 accumulators, which with
+/// the two B vectors and the broadcast A value fits the 32 AVX-512 registers.
+const MR: usize = 12;
+/// Columns of the register tile (output channels per filter panel).
+const NR: usize = 32;
+/// Input rows one task reads: about this many bytes (plus the taps' reach), so that they and
+/// one filter panel (`K·c_in·NR` floats, ≤ 400 KiB for Kokoro's shapes) stay in L2 while
+/// every panel's tiles read them.
+const X_BLOCK_BYTES: usize = 256 * 1024;
+
+/// Proof that this CPU executes AVX-512 F: only [`Avx512F::detect`] makes one.
+#[derive(Clone, Copy)]
+pub(super) struct Avx512F(());
+
+impl Avx512F {
+    pub(super) fn detect() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::is_x86_feature_detected!("avx512f").then_some(Avx512F(()))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            None
+        }
+    }
+}
+
+/// `y = conv(x, w) + bias` for a dense (`groups == 1`) convolution; `spec` validated.
+pub(super) fn conv1d_dense(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    debug_assert_eq!(spec.groups, 1, "conv1d_dense takes dense convolutions only");
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, .. } = *spec;
+    let n_out = spec.n_out();
+    if n_out == 0 || c_out == 0 {
+        return;
+    }
+    let panel_len = kernel * c_in * NR;
+    let panels = c_out.div_ceil(NR);
+    with_scratch(panels * panel_len, |packed| {
+        packed.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, panel));
+        let packed = &*packed;
+        let rb = rows_per_block(spec, rayon::current_num_threads());
+        for b in 0..batch {
+            let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+            let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
+            yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| conv_block(cpu, spec, xb, packed, bias, blk * rb, yblk));
+        }
+    });
+}
+
+/// Output rows per task: a multiple of [`MR`] whose input rows fit [`X_BLOCK_BYTES`], and few
+/// enough that every thread gets about four blocks.
+fn rows_per_block(spec: &Conv1dSpec, threads: usize) -> usize {
+    let row_bytes = 4 * spec.c_in.max(1);
+    let reach = spec.dilation * spec.kernel.saturating_sub(1);
+    let fit = (X_BLOCK_BYTES / row_bytes).saturating_sub(reach) / spec.stride.max(1);
+    let share = spec.n_out().div_ceil(4 * threads.max(1));
+    fit.min(share).div_ceil(MR).max(1) * MR
+}
+
+/// Output channels `j0..j0 + NR` of the filters `[c_out, c_in, K]` as `[K][c_in][NR]`;
+/// channels past `c_out` are zero. Every value of `panel` is written.
+fn pack_filters(spec: &Conv1dSpec, w: &[f32], j0: usize, panel: &mut [f32]) {
+    let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
+    for jj in 0..NR {
+        let co = j0 + jj;
+        if co >= c_out {
+            panel.iter_mut().skip(jj).step_by(NR).for_each(|v| *v = 0.0);
+            continue;
+        }
+        let filter = &w[co * c_in * kernel..(co + 1) * c_in * kernel];
+        for (ci, taps) in filter.chunks(kernel).enumerate() {
+            for (k, &v) in taps.iter().enumerate() {
+                panel[(k * c_in + ci) * NR + jj] = v;
+            }
+        }
+    }
+}
+
+/// Output rows `t0..t0 + yblk.len() / c_out` of one batch item: copies the input rows they
+/// read, tabulates each tile's source rows, and runs the tile kernel over every filter panel
+/// (outer: one panel stays in L2) and tile (inner).
+fn conv_block(cpu: Avx512F, spec: &Conv1dSpec, xb: &[f32], packed: &[f32], bias: Option<&[f32]>, t0: usize, yblk: &mut [f32]) {
+    let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
+    let rows = yblk.len() / c_out;
+    let tiles = rows.div_ceil(MR);
+    let (lo, hi) = rows_read(spec, t0, rows);
+    let row_len = padded_row_len(c_in);
+    // The rows this block reads, each padded to `row_len`, then a zero row that padding taps
+    // (and a partial last tile's spare rows) read.
+    let zero_at = (hi - lo) * row_len;
+    with_scratch(zero_at + row_len, |copy| {
+        for (dst, src) in copy[..zero_at].chunks_mut(row_len).zip(xb[lo * c_in..hi * c_in].chunks(c_in.max(1))) {
+            dst[..c_in].copy_from_slice(src);
+        }
+        copy[zero_at..].fill(0.0);
+        let copy = &*copy;
+        with_scratch_usize(tiles * kernel * MR, |offsets| {
+            tap_offsets(spec, t0, rows, MR, lo, row_len, zero_at, offsets);
+            let panel_len = kernel * c_in * NR;
+            for jp in 0..c_out.div_ceil(NR) {
+                let (j0, cols) = (jp * NR, (c_out - jp * NR).min(NR));
+                let panel = &packed[jp * panel_len..(jp + 1) * panel_len];
+                let bias = bias.map(|b| &b[j0..j0 + cols]);
+                for ti in 0..tiles {
+                    let r0 = ti * MR;
+                    let tile_rows = (rows - r0).min(MR);
+                    let out = &mut yblk[r0 * c_out + j0..(r0 + tile_rows - 1) * c_out + j0 + cols];
+                    let offs = &offsets[ti * kernel * MR..(ti + 1) * kernel * MR];
+                    if merged_taps(offs, MR, c_in, row_len) {
+                        tile_kernel(cpu, 1, kernel * c_in, &offs[..MR], copy, panel, bias, out, c_out, tile_rows);
+                    } else {
+                        tile_kernel(cpu, kernel, c_in, offs, copy, panel, bias, out, c_out, tile_rows);
+                    }
+                }
+            }
+        })
+    })
+}
+
+/// The stride, in 4-byte values, of a block's copy of the input rows: `len` values rounded up
+/// to a cache line, plus one line where that is a multiple of 2 KiB. A tile's twelve rows at a
+/// stride of 4 KiB (1024 f32 channels) all fall in the same L1 set, which holds eight lines,
+/// so every broadcast missed L1; the extra line spreads them over different sets. Strides that
+/// are not padded let tiles of a dilation-1 convolution read their taps as one run
+/// ([`merged_taps`]).
+pub(crate) fn padded_row_len(len: usize) -> usize {
+    let line = len.div_ceil(16) * 16;
+    if line.is_multiple_of(512) {
+        line + 16
+    } else {
+        line
+    }
+}
+
+/// Whether each row of a tile (`offsets`: `taps·MR` row starts, values per tap `per_tap`, copy
+/// stride `row_len`) reads its taps from consecutive rows of the copy with no gap, so that the
+/// taps are one run of `taps·per_tap` values from the first tap's start — as the packed filter
+/// panel's rows are — and the kernel can run them as one tap with no per-tap overhead. True for
+/// dilation 1 away from the padding, where the copy's stride is exactly `per_tap`.
+pub(crate) fn merged_taps(offsets: &[usize], mr: usize, per_tap: usize, row_len: usize) -> bool {
+    row_len == per_tap
+        && offsets.chunks(mr).enumerate().all(|(k, tap)| tap.iter().zip(&offsets[..mr]).all(|(&o, &first)| o == first + k * row_len))
+}
+
+/// `out[r·ldy + j] = bias[j] + Σ_k Σ_c x(r, k)[c] · panel[k][c][j]` for rows `r < rows` and the
+/// panel's `out` width, `x(r, k)` the `c_in` values of `src` at `offsets[k·MR + r]`.
+#[allow(clippy::too_many_arguments)]
+fn tile_kernel(
+    cpu: Avx512F,
+    taps: usize,
+    c_in: usize,
+    offsets: &[usize],
+    src: &[f32],
+    panel: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    ldy: usize,
+    rows: usize,
+) {
+    assert!((1..=MR).contains(&rows), "tile rows");
+    let width = out.len().saturating_sub((rows - 1) * ldy);
+    assert!((1..=NR).contains(&width) && out.len() == (rows - 1) * ldy + width, "tile shape");
+    assert!(bias.is_none_or(|b| b.len() == width), "bias width");
+    assert!(offsets.len() == taps * MR && offsets.iter().all(|&o| o + c_in <= src.len()), "A offsets outside the input");
+    assert!(panel.len() >= taps * c_in * NR, "filter panel too short");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `cpu` proves AVX-512 F; every A read lies at an offset checked above, B reads
+    // within `taps·c_in·NR`, and the stores within `out` (its shape checked above).
+    unsafe {
+        let _ = cpu;
+        let bias = bias.map_or(std::ptr::null(), |b| b.as_ptr());
+        x86::tile_kernel(taps, c_in, src.as_ptr(), offsets.as_ptr(), panel.as_ptr(), bias, out.as_mut_ptr(), ldy, rows, width);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (cpu, src, panel, out);
+        unreachable!("AVX-512 token off x86-64")
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{MR, NR};
+    use std::arch::x86_64::*;
+
+    /// Mask of the first `n` of 16 lanes (`n` ≥ 16: all).
+    #[inline(always)]
+    fn lanes(n: usize) -> __mmask16 {
+        if n >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << n) - 1) as __mmask16
+        }
+    }
+
+    /// The `MR`×`NR` tile over all taps and channels, 24 accumulators in registers; then
+    /// `bias + acc` is stored.
+    ///
+    /// # Safety
+    /// AVX-512 F present; `offsets` holds `taps·MR` entries `o` with `o + c_in` floats inside
+    /// `src`; `b` holds `taps·c_in·NR` floats; `bias` is null or holds `width` floats; `out`
+    /// holds `(rows − 1)·ldy + width` floats, `1 ≤ rows ≤ MR`, `1 ≤ width ≤ NR`.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tile_kernel(
+        taps: usize,
+        c_in: usize,
+        src: *const f32,
+        offsets: *const usize,
+        b: *const f32,
+        bias: *const f32,
+        out: *mut f32,
+        ldy: usize,
+        rows: usize,
+        width: usize,
+    ) {
+        // The output rows' lines, requested for writing now so that the stores at the end do
+        // not wait for them (they were measured at a tenth of a k3 tile's time otherwise).
+        for r in 0..rows {
+            let dst = out.wrapping_add(r * ldy);
+            _mm_prefetch::<_MM_HINT_ET0>(dst as *const i8);
+            _mm_prefetch::<_MM_HINT_ET0>(dst.wrapping_add(width - 1) as *const i8);
+        }
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        for k in 0..taps {
+            // SAFETY (whole block): offsets and B within the caller's contract.
+            unsafe {
+                let a: [*const f32; MR] = std::array::from_fn(|r| src.add(*offsets.add(k * MR + r)));
+                let bk = b.add(k * c_in * NR);
+                for c in 0..c_in {
+                    let bp = bk.add(c * NR);
+                    let b0 = _mm512_loadu_ps(bp);
+                    let b1 = _mm512_loadu_ps(bp.add(16));
+                    for (row, ar) in acc.iter_mut().zip(a) {
+                        let v = _mm512_set1_ps(*ar.add(c));
+                        row[0] = _mm512_fmadd_ps(v, b0, row[0]);
+                        row[1] = _mm512_fmadd_ps(v, b1, row[1]);
+                    }
+                }
+            }
+        }
+        let (m0, m1) = (lanes(width), lanes(width.saturating_sub(16)));
+        // SAFETY: bias reads and output stores are masked to the tile's `width` columns and
+        // `rows` rows, inside the caller's contract.
+        unsafe {
+            let (bias0, bias1) = if bias.is_null() {
+                (_mm512_setzero_ps(), _mm512_setzero_ps())
+            } else {
+                (_mm512_maskz_loadu_ps(m0, bias), _mm512_maskz_loadu_ps(m1, bias.wrapping_add(16)))
+            };
+            let store = |r: usize, row: &[__m512; 2]| {
+                let dst = out.add(r * ldy);
+                _mm512_mask_storeu_ps(dst, m0, _mm512_add_ps(bias0, row[0]));
+                _mm512_mask_storeu_ps(dst.wrapping_add(16), m1, _mm512_add_ps(bias1, row[1]));
+            };
+            // A whole tile (the common case) with a fixed trip count, so the accumulators are
+            // stored from their registers instead of being spilled to the stack first.
+            if rows == MR {
+                for (r, row) in acc.iter().enumerate() {
+                    store(r, row);
+                }
+            } else {
+                // A copy indexed by a run-time count, so that `acc` itself is never indexed
+                // that way: that kept it in memory (zeroed by a memset per tile) throughout.
+                let partial = acc;
+                for (r, row) in partial.iter().enumerate().take(rows) {
+                    store(r, row);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "conv_direct_tests.rs"]
+mod tests;

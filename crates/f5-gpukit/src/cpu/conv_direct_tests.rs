@@ -1,0 +1,150 @@
+//! The direct f32 dense convolution against an f64 convolution, and against the im2col path.
+//!
+//! Tolerance: each output is a sum of `K·c_in` f32 products (each an FMA: one rounding) plus
+//! the bias, so it lies within `γ · Σ|terms|` of the exact sum, `γ = (K·c_in + 2)·2⁻²⁴` (the
+//! classic bound for recursive summation, products included). The im2col path obeys the same
+//! bound, so the two differ by at most twice it. Wrong variants (taps one row off, padding taps
+//! reading the edge row, the bias left out) must break the f64 bound.
+
+use super::{conv1d_dense, merged_taps, Avx512F, MR};
+use crate::cpu::conv::{grouped, tap_offsets};
+use crate::spec::{Conv1dSpec, PadMode};
+
+/// Uniform in [−1, 1), deterministic (xorshift).
+fn values(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            ((s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Variant {
+    Exact,
+    /// Wrong: each tap reads one input row further on.
+    TapOffByOne,
+    /// Wrong: taps on zero padding read the nearest edge row instead.
+    PaddingReplicated,
+    /// Wrong: the bias left out.
+    NoBias,
+}
+
+/// `(y, Σ|terms|)` in f64: the convolution as a variant computes it, and the magnitudes.
+fn conv_f64(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: &[f32], variant: Variant) -> (Vec<f64>, Vec<f64>) {
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, stride, dilation, pad, .. } = *spec;
+    let n_out = spec.n_out();
+    let shift = usize::from(variant == Variant::TapOffByOne);
+    let pad_mode = if variant == Variant::PaddingReplicated { PadMode::Replicate } else { spec.pad_mode };
+    let (mut y, mut mag) = (vec![0.0f64; batch * n_out * c_out], vec![0.0f64; batch * n_out * c_out]);
+    for b in 0..batch {
+        for t in 0..n_out {
+            for co in 0..c_out {
+                let mut acc = if variant == Variant::NoBias { 0.0 } else { bias[co] as f64 };
+                let mut m = (bias[co] as f64).abs();
+                for k in 0..kernel {
+                    let Some(s) = pad_mode.source(t * stride + k * dilation + shift, pad, n) else { continue };
+                    for ci in 0..c_in {
+                        let p = x[(b * n + s) * c_in + ci] as f64 * w[(co * c_in + ci) * kernel + k] as f64;
+                        acc += p;
+                        m += p.abs();
+                    }
+                }
+                y[(b * n_out + t) * c_out + co] = acc;
+                mag[(b * n_out + t) * c_out + co] = m;
+            }
+        }
+    }
+    (y, mag)
+}
+
+fn violations(got: &[f32], want: &[f64], mag: &[f64], rel: f64) -> usize {
+    got.iter().zip(want).zip(mag).filter(|((&g, &w), &m)| (g as f64 - w).abs() > rel * m + 1e-30).count()
+}
+
+/// (batch, n, c_in, c_out, kernel, stride, dilation, pad): batch > 1 and odd `c_in`; dilation
+/// 1 with `c_in` a whole cache line (tiles whose taps merge into one run) and a 20-wide last
+/// filter panel; dilations 2 and 5 with padding at both ends; stride 2, merged and not; reflect
+/// padding; 512 channels (a padded copy stride, never merged); 1030 channels (row blocks cut by
+/// the copy's size); fewer rows than one tile.
+fn shapes() -> Vec<Conv1dSpec> {
+    let s = |batch, n, c_in, c_out, kernel, stride, dilation, pad| {
+        Conv1dSpec::new(batch, n, c_in, c_out, kernel).stride(stride).dilation(dilation).pad(pad)
+    };
+    vec![
+        s(2, 37, 5, 7, 3, 1, 1, 1),
+        s(1, 50, 16, 52, 7, 1, 1, 3),
+        s(1, 100, 33, 3, 11, 1, 5, 25),
+        s(1, 29, 8, 8, 4, 2, 2, 3),
+        s(1, 61, 32, 9, 3, 2, 1, 1),
+        s(1, 40, 6, 9, 5, 1, 1, 2).pad_mode(PadMode::Reflect),
+        s(1, 90, 512, 6, 3, 1, 1, 1),
+        s(1, 300, 1030, 4, 3, 1, 2, 2),
+        s(1, 5, 3, 2, 3, 1, 1, 0),
+    ]
+}
+
+fn run(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: &[f32], threads: usize) -> Vec<f32> {
+    let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
+    pool.install(|| conv1d_dense(cpu, spec, x, w, Some(bias), &mut y));
+    y
+}
+
+#[test]
+fn direct_conv_is_within_the_f32_bound_of_the_f64_conv_and_wrong_variants_are_not() {
+    let Some(cpu) = Avx512F::detect() else {
+        println!("direct conv1d not run: this CPU lacks AVX-512 F (the im2col path serves it)");
+        return;
+    };
+    for (i, spec) in shapes().into_iter().enumerate() {
+        let x = values(spec.batch * spec.n * spec.c_in, 10 + i as u64);
+        let w = values(spec.c_out * spec.c_in * spec.kernel, 20 + i as u64);
+        let bias = values(spec.c_out, 30 + i as u64);
+        let rel = (spec.kernel * spec.c_in + 2) as f64 * 2f64.powi(-24);
+        let got = run(cpu, &spec, &x, &w, &bias, 3);
+        let (want, mag) = conv_f64(&spec, &x, &w, &bias, Variant::Exact);
+        assert_eq!(violations(&got, &want, &mag, rel), 0, "{spec:?}: outputs outside the f32 bound");
+        // Each output's sum order does not depend on the blocking: one thread gives the same bits.
+        assert!(
+            run(cpu, &spec, &x, &w, &bias, 1).iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{spec:?}: thread count changed the result"
+        );
+        let mut wrongs = vec![Variant::TapOffByOne, Variant::NoBias];
+        if spec.pad > 0 && spec.pad_mode == PadMode::Zeros {
+            wrongs.push(Variant::PaddingReplicated);
+        }
+        for wrong in wrongs {
+            let (bad, _) = conv_f64(&spec, &x, &w, &bias, wrong);
+            assert!(violations(&got, &bad, &mag, rel) > 0, "{spec:?}: the {wrong:?} variant passed the bound");
+        }
+        // The im2col + gemm path obeys the same bound: the two agree within twice it.
+        let mut im2col = vec![f32::NAN; got.len()];
+        grouped(&spec, &x, &w, Some(&bias), &mut im2col);
+        let got64: Vec<f64> = got.iter().map(|&v| v as f64).collect();
+        assert_eq!(violations(&im2col, &got64, &mag, 2.0 * rel), 0, "{spec:?}: direct and im2col paths disagree");
+    }
+}
+
+#[test]
+fn taps_merge_only_where_each_row_reads_consecutive_rows_of_the_copy() {
+    let offsets_of = |spec: &Conv1dSpec, t0: usize, row_len: usize| {
+        let mut offsets = vec![0; spec.kernel * MR];
+        tap_offsets(spec, t0, MR, MR, 0, row_len, 1 << 20, &mut offsets);
+        offsets
+    };
+    let d1 = Conv1dSpec::new(1, 100, 16, 4, 3).pad(1);
+    // Interior tile, copy stride = channels: one run.
+    assert!(merged_taps(&offsets_of(&d1, 12, 16), MR, 16, 16));
+    // A padded copy stride leaves a gap between taps.
+    assert!(!merged_taps(&offsets_of(&d1, 12, 32), MR, 16, 32));
+    // The first tile's first row reads padding (the zero row) at tap 0.
+    assert!(!merged_taps(&offsets_of(&d1, 0, 16), MR, 16, 16));
+    // Dilation 2 skips a row between taps.
+    let d2 = Conv1dSpec::new(1, 100, 16, 4, 3).dilation(2).pad(2);
+    assert!(!merged_taps(&offsets_of(&d2, 12, 16), MR, 16, 16));
+}
