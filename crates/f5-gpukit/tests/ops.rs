@@ -704,14 +704,27 @@ pub fn conv_transpose1d<B: Backend>(kit: &B) {
         let x = rng.vec(spec.batch * spec.n * spec.c_in);
         let w = rng.vec(spec.c_in * spec.c_out / spec.groups * spec.kernel);
         let bias = rng.vec(spec.c_out);
-        let (xb, wb, bb) = (kit.upload(&x).unwrap(), kit.upload(&w).unwrap(), kit.upload(&bias).unwrap());
-        for with_bias in [true, false] {
-            let want = ref_conv_transpose(&spec, &x, &w, with_bias.then_some(&bias[..]));
-            let mut y = guarded(kit, &vec![0.0; want.len()]);
-            kit.conv_transpose1d(&spec, &xb, &wb, with_bias.then_some(&bb), &mut y).unwrap();
-            let got = take(kit, &y, want.len(), "conv_transpose1d");
-            let terms = (spec.kernel * spec.c_in / spec.groups) as f64;
-            assert_close(&got, &want, |_| 2e-6 * terms + 1e-6, &format!("conv_transpose1d {spec:?} bias={with_bias}"));
+        let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&bias).unwrap());
+        // The filters as a plain buffer and as a weight (`upload_weight`: bf16 on the bf16 CPU
+        // backend, where dense transposed convolutions then run their GEMM on the bf16 kernel).
+        for as_weight in [false, true] {
+            let wb = if as_weight { kit.upload_weight(&w).unwrap() } else { kit.upload(&w).unwrap() };
+            for with_bias in [true, false] {
+                let want = ref_conv_transpose(&spec, &x, &w, with_bias.then_some(&bias[..]));
+                let mut y = guarded(kit, &vec![0.0; want.len()]);
+                kit.conv_transpose1d(&spec, &xb, &wb, with_bias.then_some(&bb), &mut y).unwrap();
+                let got = take(kit, &y, want.len(), "conv_transpose1d");
+                // Sums of ≤ kernel·c_in/groups products of magnitude ≤ 1; with a bf16 weight both
+                // operands may be rounded to bf16 (a product off by < 2⁻⁷ of itself).
+                let terms = (spec.kernel * spec.c_in / spec.groups) as f64;
+                let rounding = if as_weight { 2f64.powi(-7) * terms } else { 0.0 };
+                assert_close(
+                    &got,
+                    &want,
+                    |_| 2e-6 * terms + 1e-6 + rounding,
+                    &format!("conv_transpose1d {spec:?} bias={with_bias} weight={as_weight}"),
+                );
+            }
         }
     }
 }

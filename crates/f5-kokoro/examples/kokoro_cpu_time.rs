@@ -11,7 +11,7 @@
 //! Options: `--fixtures DIR` (default `fixtures/kokoro`), `--iters N` (default 5), `--only short|long`,
 //! `--stages` (one extra traced run per input: the time between consecutive trace points, which
 //! includes copying each traced activation to the host), `--precision f32|bf16|both` (default
-//! f32): `bf16` runs on `CpuBf16Backend` (the decoder's Linear weights and the generator's dense convs in bf16;
+//! f32): `bf16` runs on `CpuBf16Backend` (the decoder's Linear weights, its AdaIN blocks' dense convs and the generator's dense convs and upsamplers in bf16;
 //! needs AVX-512 BF16); `both` times f32 and bf16 back to back per input and prints how far the
 //! bf16 run is from the f32 one (rel-L2 of F0, N, and of the audio of the whole forward and of
 //! the decoder alone fed the f32 run's F0, N and features).

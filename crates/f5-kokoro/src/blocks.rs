@@ -69,6 +69,15 @@ impl<B: Backend> AdaLayerNorm<B> {
     }
 }
 
+/// How a block loads its dense conv filters.
+#[derive(Clone, Copy)]
+enum ConvFilters {
+    /// `upload`: f32 on every backend.
+    Plain,
+    /// `upload_weight`: a backend may keep them in reduced precision.
+    GemmWeights,
+}
+
 /// AdainResBlk1d: `(residual(x) + shortcut(x))·1/√2`, residual = AdaIN → LeakyReLU 0.2 →
 /// [depthwise ConvTranspose ×2] → conv k3 → AdaIN → LeakyReLU 0.2 → conv k3; shortcut =
 /// [nearest ×2] → [1×1 conv without bias when the width changes].
@@ -85,8 +94,29 @@ pub(crate) struct AdainResBlk<B: Backend> {
 
 impl<B: Backend> AdainResBlk<B> {
     /// The widths come from the checkpoint (`conv1.weight` `[out, in, 3]`), the upsampling from
-    /// the presence of `pool`.
+    /// the presence of `pool`. Every filter is a plain f32 buffer: the prosody predictor's F0/N
+    /// blocks, short sequences whose output is the F0 and energy curves.
     pub(crate) fn load(w: &mut Scope<'_>, kit: &B, name: &str, style_dim: usize) -> Result<Self> {
+        Self::load_as(w, kit, name, style_dim, ConvFilters::Plain)
+    }
+
+    /// As [`AdainResBlk::load`], but the dense convs (`conv1`, `conv2`, `conv1x1`) load their
+    /// filters as GEMM weights ([`Conv1d::load_weight`]: bf16 on the bf16 CPU backend): the
+    /// decoder's blocks, 514→1024 to 1024→512 channels over every frame, where those convs are
+    /// the bulk of the arithmetic. The depthwise `pool` stays f32 (3 taps per output, no GEMM).
+    /// Measured on the int8-derived full weights (`kokoro_cpu_time --precision both`, 2 threads):
+    /// the five blocks take 0.60 s instead of 1.15 s on the 32.5 s input, and the decoder-alone
+    /// audio rel-L2 bf16 vs f32 goes from 4.4e-3 / 4.7e-3 (long / short input, generator convs
+    /// alone in bf16) to 7.9e-3 / 9.0e-3: loading them with `load` instead takes that back.
+    pub(crate) fn load_gemm_weights(w: &mut Scope<'_>, kit: &B, name: &str, style_dim: usize) -> Result<Self> {
+        Self::load_as(w, kit, name, style_dim, ConvFilters::GemmWeights)
+    }
+
+    fn load_as(w: &mut Scope<'_>, kit: &B, name: &str, style_dim: usize, filters: ConvFilters) -> Result<Self> {
+        let conv = |s: &mut Scope<'_>, name: &str, spec: Conv1dSpec, bias: bool| match filters {
+            ConvFilters::Plain => Conv1d::load(s, kit, name, spec, bias),
+            ConvFilters::GemmWeights => Conv1d::load_weight(s, kit, name, spec, bias),
+        };
         let mut s = w.scope(name);
         let shape = s
             .shape("conv1.weight_v")
@@ -103,13 +133,12 @@ impl<B: Backend> AdainResBlk<B> {
         } else {
             None
         };
-        let conv1x1 =
-            if c_in != c_out { Some(Conv1d::load(&mut s, kit, "conv1x1", Conv1dSpec::new(1, 0, c_in, c_out, 1), false)?) } else { None };
+        let conv1x1 = if c_in != c_out { Some(conv(&mut s, "conv1x1", Conv1dSpec::new(1, 0, c_in, c_out, 1), false)?) } else { None };
         Ok(AdainResBlk {
             norm1: AdaIn::load(&mut s, kit, "norm1", style_dim, c_in)?,
             norm2: AdaIn::load(&mut s, kit, "norm2", style_dim, c_out)?,
-            conv1: Conv1d::load(&mut s, kit, "conv1", Conv1dSpec::new(1, 0, c_in, c_out, 3).pad(1), true)?,
-            conv2: Conv1d::load(&mut s, kit, "conv2", Conv1dSpec::new(1, 0, c_out, c_out, 3).pad(1), true)?,
+            conv1: conv(&mut s, "conv1", Conv1dSpec::new(1, 0, c_in, c_out, 3).pad(1), true)?,
+            conv2: conv(&mut s, "conv2", Conv1dSpec::new(1, 0, c_out, c_out, 3).pad(1), true)?,
             pool,
             conv1x1,
             c_in,

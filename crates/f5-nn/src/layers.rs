@@ -135,6 +135,19 @@ impl<B: Backend> ConvTranspose1d<B> {
         Ok(ConvTranspose1d { weight: kit.upload(&weight)?, bias, spec })
     }
 
+    /// As [`ConvTranspose1d::load`], but the filters go through [`Backend::upload_weight`], as
+    /// [`Conv1d::load_weight`]'s do: a backend may keep them in reduced precision (bf16 on
+    /// `CpuBf16Backend`, whose dense transposed convolutions then run their GEMM on its bf16
+    /// kernel). For the big dense upsamplers whose cost that cuts; grouped or depthwise ones gain
+    /// nothing there (that backend widens their filters to f32 on every call) and stay on `load`.
+    pub fn load_weight(w: &mut Scope<'_>, kit: &B, name: &str, spec: ConvTranspose1dSpec, bias: bool) -> Result<Self> {
+        let mut s = w.scope(name);
+        let groups = spec.groups.max(1);
+        let weight = s.host_normed("weight", &[spec.c_in, spec.c_out / groups, spec.kernel])?;
+        let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
+        Ok(ConvTranspose1d { weight: kit.upload_weight(&weight)?, bias, spec })
+    }
+
     /// Output length for an input of `n` steps.
     pub fn n_out(&self, n: usize) -> usize {
         ConvTranspose1dSpec { n, ..self.spec }.n_out()

@@ -5,11 +5,12 @@
 //! kernel of [`gemm`]: the other operand is rounded to bf16 while it is packed, products are
 //! summed in f32, and C stays f32. Attention also computes in bf16 with f32 accumulation
 //! ([`attention`]: q, k, v and the softmax weights rounded to bf16, exact f32 softmax), and a
-//! dense `conv1d` with a bf16 filter bank runs on the same kernel ([`conv`]).
+//! dense `conv1d` or `conv_transpose1d` with a bf16 filter bank runs on the same kernel ([`conv`],
+//! [`conv_transpose`]).
 //! Everything else is the f32 [`CpuBackend`], which this type wraps: its buffers are the same
 //! `Vec<f32>`, its thread pool is the same pool.
 //!
-//! A bf16 weight is a GEMM or `conv1d` operand only. It can be read back (`download`, `read`, `copy` out of
+//! A bf16 weight is a GEMM, `conv1d` or `conv_transpose1d` operand only. It can be read back (`download`, `read`, `copy` out of
 //! it give its bf16 values as f32) and written (`write`, `fill`, `copy` into it round to bf16),
 //! and every other op refuses it with a shape error naming the op: model code that used a weight
 //! outside a GEMM or convolution would otherwise silently need the f32 copy this backend does not keep.
@@ -21,6 +22,9 @@ pub(crate) mod attention;
 #[cfg(test)]
 mod attention_tests;
 pub(crate) mod conv;
+pub(crate) mod conv_transpose;
+#[cfg(test)]
+mod conv_transpose_tests;
 pub(crate) mod gemm;
 #[cfg(test)]
 mod test_rng;
@@ -122,7 +126,7 @@ impl CpuBuf {
 fn not_f32(op: &'static str) -> KitError {
     shape_err(
         op,
-        "operand is a bf16 GEMM weight (upload_weight on the bf16 CPU backend); only gemm, conv1d and the copy/read/write calls take it",
+        "operand is a bf16 GEMM weight (upload_weight on the bf16 CPU backend); only gemm, conv1d, conv_transpose1d and the copy/read/write calls take it",
     )
 }
 
@@ -342,6 +346,11 @@ impl Backend for CpuBf16Backend {
         self.f32.polar_spectrum(h.f32(op)?, frames, bins, mag_max, re.f32_mut(op)?, im.f32_mut(op)?)
     }
 
+    /// With a bf16 filter bank, a dense transposed convolution (`groups == 1`) runs its GEMM on
+    /// the bf16 kernel (its `conv_transpose` module: the inputs rounded to bf16 as they are packed,
+    /// f32 sums, f32 col2im and output); a grouped or depthwise one runs in f32 on the filters
+    /// widened from bf16 (a copy per call: upload those filters with `upload`). With f32 filters,
+    /// the f32 transposed convolution.
     fn conv_transpose1d(
         &self,
         spec: &ConvTranspose1dSpec,
@@ -352,7 +361,23 @@ impl Backend for CpuBf16Backend {
     ) -> Result<()> {
         let op = "conv_transpose1d";
         let bias = bias.map(|b| b.f32(op)).transpose()?;
-        self.f32.conv_transpose1d(spec, x.f32(op)?, weight.f32(op)?, bias, y.f32_mut(op)?)
+        let (x, y) = (x.f32(op)?, y.f32_mut(op)?);
+        match &weight.0 {
+            Repr::F32(w) => self.f32.conv_transpose1d(spec, x, w, bias, y),
+            Repr::Bf16(w) => {
+                spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
+                if spec.groups == 1 {
+                    let bias = bias.map(|b| b.as_slice());
+                    self.f32.run(|| match self.packed_b.try_lock() {
+                        Ok(mut scratch) => conv_transpose::conv_transpose1d_dense(self.cpu, spec, x, w, bias, y, &mut scratch),
+                        Err(_) => conv_transpose::conv_transpose1d_dense(self.cpu, spec, x, w, bias, y, &mut Vec::new()),
+                    })
+                } else {
+                    let wide: Vec<f32> = w.iter().map(|&b| gemm::from_bf16(b)).collect();
+                    self.f32.conv_transpose1d(spec, x, &wide, bias, y)
+                }
+            }
+        }
     }
 
     fn lstm(
