@@ -19,7 +19,6 @@ use super::gemm_raw;
 use super::scratch::with_scratch;
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, GemmSpec, MatLayout};
 
-#[path = "conv_direct.rs"]
 mod direct;
 pub(crate) use direct::{merged_taps, padded_row_len};
 

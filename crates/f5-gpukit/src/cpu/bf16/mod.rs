@@ -4,9 +4,10 @@
 //! f32; no f32 copy is kept), and every GEMM with such an operand runs on the AVX-512 BF16
 //! kernel of [`gemm`]: the other operand is rounded to bf16 while it is packed, products are
 //! summed in f32, and C stays f32. Attention also computes in bf16 with f32 accumulation
-//! ([`attention`]: q, k, v and the softmax weights rounded to bf16, exact f32 softmax), and a
-//! dense `conv1d` or `conv_transpose1d` with a bf16 filter bank runs on the same kernel ([`conv`],
-//! [`conv_transpose`]).
+//! ([`attention`]: q, k, v and the softmax weights rounded to bf16, exact f32 softmax); a dense
+//! `conv1d` with a bf16 filter bank runs on a tile kernel of the same arithmetic that reads the
+//! taps straight from a bf16 copy of the input ([`conv`]), and a dense `conv_transpose1d` runs
+//! its GEMM on the GEMM kernel ([`conv_transpose`]).
 //! Everything else is the f32 [`CpuBackend`], which this type wraps: its buffers are the same
 //! `Vec<f32>`, its thread pool is the same pool.
 //!
@@ -290,7 +291,7 @@ impl Backend for CpuBf16Backend {
     }
 
     /// With a bf16 filter bank, a dense convolution (`groups == 1`) runs on the bf16 kernel
-    /// (its `conv` module: the im2col values rounded to bf16 as they are packed, f32 sums and output); a
+    /// (its `conv` module: the input rounded to bf16 once per block, f32 sums and output); a
     /// grouped or depthwise one runs in f32 on the filters widened from bf16 (a copy per call:
     /// upload those filters with `upload`). With f32 filters, the f32 convolution.
     fn conv1d(&self, spec: &Conv1dSpec, x: &CpuBuf, weight: &CpuBuf, bias: Option<&CpuBuf>, y: &mut CpuBuf) -> Result<()> {

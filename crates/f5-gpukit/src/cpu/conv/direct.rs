@@ -292,5 +292,5 @@ mod x86 {
 }
 
 #[cfg(test)]
-#[path = "conv_direct_tests.rs"]
+#[path = "direct_tests.rs"]
 mod tests;
