@@ -454,31 +454,17 @@ pub fn conv1d<B: Backend>(kit: &B) {
         c(1, 7, 3, 2, 4, 3, 1).pad_mode(PadMode::Replicate).dilation(2),
     ];
     for spec in cases {
-        let x = rng.vec(spec.batch * spec.n * spec.c_in);
-        let w = rng.vec(spec.c_out * spec.c_in / spec.groups * spec.kernel);
-        let bias = rng.vec(spec.c_out);
-        let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&bias).unwrap());
-        // The filters as a plain buffer and as a weight (`upload_weight`: bf16 on the bf16 CPU
-        // backend, where dense convolutions then run on the bf16 kernel).
-        for as_weight in [false, true] {
-            let wb = if as_weight { kit.upload_weight(&w).unwrap() } else { kit.upload(&w).unwrap() };
-            for with_bias in [true, false] {
-                let want = ref_conv(&spec, &x, &w, with_bias.then_some(&bias[..]));
-                let mut y = guarded(kit, &vec![0.0; want.len()]);
-                kit.conv1d(&spec, &xb, &wb, with_bias.then_some(&bb), &mut y).unwrap();
-                let got = take(kit, &y, want.len(), "conv1d");
-                // Sums of ≤ kernel·c_in/groups (≤ 248) products of magnitude ≤ 1; a weight may be
-                // bf16, and then both operands are rounded to bf16 (a product off by < 2⁻⁷ of itself).
-                let terms = (spec.kernel * spec.c_in / spec.groups) as f64;
-                let rounding = if as_weight { 2f64.powi(-7) * terms } else { 0.0 };
-                assert_close(
-                    &got,
-                    &want,
-                    |_| 2e-6 * terms + 1e-6 + rounding,
-                    &format!("conv1d {spec:?} bias={with_bias} weight={as_weight}"),
-                );
-            }
-        }
+        let w_len = spec.c_out * spec.c_in / spec.groups * spec.kernel;
+        let terms = (spec.kernel * spec.c_in / spec.groups) as f64;
+        check_filters_as_buffer_and_weight(
+            kit,
+            &mut rng,
+            [spec.batch * spec.n * spec.c_in, w_len, spec.c_out],
+            terms,
+            &format!("conv1d {spec:?}"),
+            |x, w, bias| ref_conv(&spec, x, w, bias),
+            |x, w, bias, y| kit.conv1d(&spec, x, w, bias, y).unwrap(),
+        );
     }
 }
 
@@ -701,30 +687,46 @@ pub fn conv_transpose1d<B: Backend>(kit: &B) {
         ConvTranspose1dSpec::new(1, 13, 4, 4, 2, 3).output_padding(2),
     ];
     for spec in cases {
-        let x = rng.vec(spec.batch * spec.n * spec.c_in);
-        let w = rng.vec(spec.c_in * spec.c_out / spec.groups * spec.kernel);
-        let bias = rng.vec(spec.c_out);
-        let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&bias).unwrap());
-        // The filters as a plain buffer and as a weight (`upload_weight`: bf16 on the bf16 CPU
-        // backend, where dense transposed convolutions then run their GEMM on the bf16 kernel).
-        for as_weight in [false, true] {
-            let wb = if as_weight { kit.upload_weight(&w).unwrap() } else { kit.upload(&w).unwrap() };
-            for with_bias in [true, false] {
-                let want = ref_conv_transpose(&spec, &x, &w, with_bias.then_some(&bias[..]));
-                let mut y = guarded(kit, &vec![0.0; want.len()]);
-                kit.conv_transpose1d(&spec, &xb, &wb, with_bias.then_some(&bb), &mut y).unwrap();
-                let got = take(kit, &y, want.len(), "conv_transpose1d");
-                // Sums of ≤ kernel·c_in/groups products of magnitude ≤ 1; with a bf16 weight both
-                // operands may be rounded to bf16 (a product off by < 2⁻⁷ of itself).
-                let terms = (spec.kernel * spec.c_in / spec.groups) as f64;
-                let rounding = if as_weight { 2f64.powi(-7) * terms } else { 0.0 };
-                assert_close(
-                    &got,
-                    &want,
-                    |_| 2e-6 * terms + 1e-6 + rounding,
-                    &format!("conv_transpose1d {spec:?} bias={with_bias} weight={as_weight}"),
-                );
-            }
+        let w_len = spec.c_in * spec.c_out / spec.groups * spec.kernel;
+        let terms = (spec.kernel * spec.c_in / spec.groups) as f64;
+        check_filters_as_buffer_and_weight(
+            kit,
+            &mut rng,
+            [spec.batch * spec.n * spec.c_in, w_len, spec.c_out],
+            terms,
+            &format!("conv_transpose1d {spec:?}"),
+            |x, w, bias| ref_conv_transpose(&spec, x, w, bias),
+            |x, w, bias, y| kit.conv_transpose1d(&spec, x, w, bias, y).unwrap(),
+        );
+    }
+}
+
+/// One convolution case with random input, filters and bias (`lens`), the filters uploaded as a
+/// plain buffer and as a weight (`upload_weight`: bf16 on the bf16 CPU backend, where dense
+/// convolutions and transposed convolutions then run on the bf16 kernels), with and without the
+/// bias, against the f64 reference. Each output sums `terms` products of magnitude ≤ 1: f32 errs
+/// by ≲ 2e-6 per term in any order; with a bf16 weight both operands may be rounded to bf16 (a
+/// product off by < 2⁻⁷ of itself). A wrong tap or channel is off by O(1).
+fn check_filters_as_buffer_and_weight<B: Backend>(
+    kit: &B,
+    rng: &mut Rng,
+    lens: [usize; 3],
+    terms: f64,
+    what: &str,
+    reference: impl Fn(&[f32], &[f32], Option<&[f32]>) -> Vec<f64>,
+    run: impl Fn(&B::Buf, &B::Buf, Option<&B::Buf>, &mut B::Buf),
+) {
+    let (x, w, bias) = (rng.vec(lens[0]), rng.vec(lens[1]), rng.vec(lens[2]));
+    let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&bias).unwrap());
+    for as_weight in [false, true] {
+        let wb = if as_weight { kit.upload_weight(&w).unwrap() } else { kit.upload(&w).unwrap() };
+        for with_bias in [true, false] {
+            let want = reference(&x, &w, with_bias.then_some(&bias[..]));
+            let mut y = guarded(kit, &vec![0.0; want.len()]);
+            run(&xb, &wb, with_bias.then_some(&bb), &mut y);
+            let got = take(kit, &y, want.len(), what);
+            let rounding = if as_weight { 2f64.powi(-7) * terms } else { 0.0 };
+            assert_close(&got, &want, |_| 2e-6 * terms + 1e-6 + rounding, &format!("{what} bias={with_bias} weight={as_weight}"));
         }
     }
 }
