@@ -71,6 +71,15 @@ impl CpuBackend {
             None => f(),
         }
     }
+
+    /// [`Backend::snake`] with `sin²` in f32 arithmetic (within 4e-7 of exact instead of the
+    /// correctly rounded sine through f64): the bf16 backend's Snake, where the convolutions
+    /// around it add far more.
+    pub(crate) fn snake_f32_sin(&self, x: &mut [f32], rows: usize, c: usize, alpha: &[f32]) -> Result<()> {
+        let total = check::snake(rows, c, x.len(), alpha.len())?;
+        self.run(|| seq::snake_f32_sin(&mut x[..total], c, alpha));
+        Ok(())
+    }
 }
 
 /// LayerNorm statistics of one row: `(mean, 1/sqrt(var + eps))` with the biased variance, as

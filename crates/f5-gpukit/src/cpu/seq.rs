@@ -97,6 +97,18 @@ pub fn instance_norm(spec: &InstanceNormSpec, x: &[f32], affine: Option<(&[f32],
 }
 
 pub fn snake(x: &mut [f32], c: usize, alpha: &[f32]) {
+    snake_rows(x, c, alpha, simd::snake_row);
+}
+
+/// [`snake`] with `sin²` in f32 arithmetic ([`simd::snake_row_f32`]): for the reduced-precision
+/// backends.
+pub fn snake_f32_sin(x: &mut [f32], c: usize, alpha: &[f32]) {
+    snake_rows(x, c, alpha, simd::snake_row_f32);
+}
+
+/// Snake over channels-last rows of `c`, 16 rows a task, each row by `row` with `1/α` computed
+/// once here.
+fn snake_rows(x: &mut [f32], c: usize, alpha: &[f32], row_fn: fn(&mut [f32], &[f32], &[f32])) {
     if c == 0 {
         return;
     }
@@ -104,7 +116,7 @@ pub fn snake(x: &mut [f32], c: usize, alpha: &[f32]) {
     let inv_alpha: Vec<f32> = alpha.iter().map(|&a| 1.0 / a).collect();
     x.par_chunks_mut(c * 16).for_each(|rows| {
         for row in rows.chunks_mut(c) {
-            simd::snake_row(row, alpha, &inv_alpha);
+            row_fn(row, alpha, &inv_alpha);
         }
     });
 }
