@@ -26,7 +26,7 @@ pub struct KokoroOpts {
     pub min_seconds: f64,
     pub write: bool,
     pub model: Option<PathBuf>,
-    /// f5's precisions (`f32`, `bf16`), each timed on the same inputs; the kit ops run in f32.
+    /// f5's precisions (`f32`, `bf16`, `int8`), each timed on the same inputs; the kit ops run in f32.
     pub precisions: Vec<String>,
 }
 
@@ -66,8 +66,8 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     let config = KokoroConfig::open(&config_path)?;
     let kit = CpuBackend::with_threads(o.threads)?;
     for p in &o.precisions {
-        if !matches!(p.as_str(), "f32" | "bf16") {
-            bail!("--precision {p:?}: use f32, bf16 or both (f32,bf16)");
+        if !matches!(p.as_str(), "f32" | "bf16" | "int8") {
+            bail!("--precision {p:?}: use f32, bf16, int8 or a list (f32,bf16,int8)");
         }
     }
 
@@ -85,8 +85,10 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     for precision in &o.precisions {
         // One model at a time, so each precision's run has the machine's memory to itself.
         let mut w = Weights::open(&model_path)?;
-        let timed = if precision == "bf16" {
-            let model = Kokoro::from_weights(&mut w, config.clone(), CpuBf16Backend::with_threads(o.threads)?)?;
+        let timed = if precision == "bf16" || precision == "int8" {
+            let kit =
+                if precision == "int8" { CpuBf16Backend::with_int8_convs(o.threads)? } else { CpuBf16Backend::with_threads(o.threads)? };
+            let model = Kokoro::from_weights(&mut w, config.clone(), kit)?;
             drop(w);
             time_cases(&model, &cases, o.min_seconds, &mut frames_short)?
         } else {
@@ -146,7 +148,7 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     let machine = crate::machine::describe();
     writeln!(
         md,
-        "Machine: {machine}. Command: `cargo xtask bench kokoro --threads {} --precision {}`; weights `{}` (full-size release layout, 81.8 M parameters, stored fp32), warm runs, best of ≥ 3. f5 bf16: `CpuBf16Backend` (the decoder's big GEMM and convolution weights in bf16, f32 sums; the first half's weights f32).",
+        "Machine: {machine}. Command: `cargo xtask bench kokoro --threads {} --precision {}`; weights `{}` (full-size release layout, 81.8 M parameters, stored fp32), warm runs, best of ≥ 3. f5 bf16: `CpuBf16Backend` (the decoder's big GEMM and convolution weights in bf16, f32 sums; the first half's weights f32); f5 int8: the same with the generator's residual-block convolutions in int8 (`CpuBf16Backend::with_int8_convs`: per-channel int8 filters, per-row int8 activations, exact i32 sums per tap).",
         o.threads,
         o.precisions.join(","),
         model_path.file_name().and_then(|n| n.to_str()).unwrap_or("?")

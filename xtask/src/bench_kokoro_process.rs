@@ -25,7 +25,7 @@ pub struct ProcessOpts {
     pub runs: usize,
     pub write: bool,
     pub model_dir: Option<PathBuf>,
-    /// f5's precisions (`f32`, `bf16`): one f5 side per precision in the rotation.
+    /// f5's precisions (`f32`, `bf16`, `int8`): one f5 side per precision in the rotation.
     pub precisions: Vec<String>,
 }
 
@@ -55,8 +55,8 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
         bail!("{} is missing", voice_file.display());
     }
     for p in &o.precisions {
-        if !matches!(p.as_str(), "f32" | "bf16") {
-            bail!("--precision {p:?}: use f32, bf16 or both (f32,bf16)");
+        if !matches!(p.as_str(), "f32" | "bf16" | "int8") {
+            bail!("--precision {p:?}: use f32, bf16, int8 or a list (f32,bf16,int8)");
         }
     }
     let (f5, py, scratch) = prepare_processes(root, "bench-kokoro-process")?;
@@ -201,7 +201,7 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     writeln!(md, "Machine: {}.", machine::describe())?;
     writeln!(
         md,
-        "Command: `cargo xtask bench kokoro-process --threads {} --runs {} --precision {}` (fresh processes, runs alternate f5 / reference / onnxruntime, median of {}; machine {:.0}% busy before, {:.0}% after). Weights: `{}` (release layout, stored fp32; f5 bf16 keeps the decoder's big weights in bf16), voice {VOICE}, seed 0. Reference: kokoro 0.9.4 `KModel` in fp32, torch {torch}.",
+        "Command: `cargo xtask bench kokoro-process --threads {} --runs {} --precision {}` (fresh processes, runs alternate f5 / reference / onnxruntime, median of {}; machine {:.0}% busy before, {:.0}% after). Weights: `{}` (release layout, stored fp32; f5 bf16 keeps the decoder's big weights in bf16, f5 int8 also runs the generator's residual-block convolutions in int8), voice {VOICE}, seed 0. Reference: kokoro 0.9.4 `KModel` in fp32, torch {torch}.",
         o.threads,
         o.runs,
         o.precisions.join(","),

@@ -37,7 +37,7 @@ struct Opts {
     runs: usize,
     model_dir: Option<PathBuf>,
     write: bool,
-    /// The server's `--precision` (f32 or bf16).
+    /// The server's `--precision` (f32, bf16 or int8).
     precision: String,
 }
 
@@ -85,15 +85,15 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             "--no-write" => o.write = false,
             "--precision" => o.precision = value("--precision")?.clone(),
             other => bail!(
-                "bench kokoro-stream: unknown option {other:?} (--threads N, --runs N, --precision f32|bf16, --model DIR, --no-write)"
+                "bench kokoro-stream: unknown option {other:?} (--threads N, --runs N, --precision f32|bf16|int8, --model DIR, --no-write)"
             ),
         }
     }
     if o.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    if !matches!(o.precision.as_str(), "f32" | "bf16") {
-        bail!("--precision {:?}: use f32 or bf16", o.precision);
+    if !matches!(o.precision.as_str(), "f32" | "bf16" | "int8") {
+        bail!("--precision {:?}: use f32, bf16 or int8", o.precision);
     }
     let model_dir = o.model_dir.clone().unwrap_or_else(|| root.join("target/kokoro-int8"));
     for need in ["config.json", "kokoro-v1_0.pth"] {

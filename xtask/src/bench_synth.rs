@@ -24,7 +24,7 @@ const SENTENCE: &str = "The old lighthouse keeper climbed the stairs once more t
 pub struct SynthOpts {
     pub threads: usize,
     pub nfes: Vec<usize>,
-    /// f5's GEMM precisions (`f32`, `bf16`); each is run and timed against the one reference.
+    /// f5's GEMM precisions (`f32`, `bf16`, `int8`); each is run and timed against the one reference.
     pub precisions: Vec<String>,
     pub runs: usize,
     pub write: bool,
@@ -50,7 +50,7 @@ struct NfeRuns {
 
 pub fn run(root: &Path, o: &SynthOpts) -> Result<()> {
     if o.precisions.is_empty() {
-        bail!("--precision needs at least one of f32, bf16");
+        bail!("--precision needs at least one of f32, bf16, int8");
     }
     let model = refmodel(root, "f5-v1-base/model_1250000.safetensors")?;
     let vocoder = refmodel(root, "vocos-full")?;

@@ -52,15 +52,15 @@ commands:
                                 writes the table into docs/benchmarks.md unless --no-write
   bench dit|vocos|text [--threads N] [--no-write]
                                 one DiT forward / a Vocos decode / the text front end vs the reference
-  bench synth [--threads N] [--nfe 16,32] [--precision f32,bf16] [--runs 3] [--no-write]
-  bench kokoro [--threads N] [--precision f32,bf16] [--model kokoro-v1_0.pth-layout file] [--no-write]
+  bench synth [--threads N] [--nfe 16,32] [--precision f32,bf16,int8] [--runs 3] [--no-write]
+  bench kokoro [--threads N] [--precision f32,bf16,int8] [--model kokoro-v1_0.pth-layout file] [--no-write]
                                 Kokoro's forward and its new ops vs kokoro 0.9.4 / PyTorch, and vs
                                 kokoro-onnx's int8 model on onnxruntime where F5_ONNX_PYTHON is set
-  bench kokoro-process [--threads N] [--runs 3] [--precision f32,bf16] [--model DIR] [--no-write]
+  bench kokoro-process [--threads N] [--runs 3] [--precision f32,bf16,int8] [--model DIR] [--no-write]
                                 `f5 synth --phonemes` vs the reference KModel (and onnxruntime with
                                 F5_ONNX_PYTHON), one fresh process per utterance (int8-derived
                                 weights by default): wall time, peak RSS
-  bench kokoro-stream [--threads 2] [--runs 5] [--precision f32|bf16] [--model DIR] [--no-write]
+  bench kokoro-stream [--threads 2] [--runs 5] [--precision f32|bf16|int8] [--model DIR] [--no-write]
                                 time to first audio of a five-sentence text through `f5 serve`'s
                                 streamed POST /tts (warm server, int8-derived weights by default)
                                 whole `f5 synth` vs the reference's infer_process, fresh processes,

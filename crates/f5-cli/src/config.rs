@@ -87,8 +87,8 @@ impl Config {
                     config.device = Some(value);
                 }
                 "precision" => {
-                    if !matches!(value.as_str(), "f32" | "bf16") {
-                        bail!("{file}: `precision` is {value:?}; use f32 or bf16");
+                    if !matches!(value.as_str(), "f32" | "bf16" | "int8") {
+                        bail!("{file}: `precision` is {value:?}; use f32, bf16 or int8");
                     }
                     config.precision = Some(value);
                 }

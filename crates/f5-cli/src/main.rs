@@ -125,7 +125,8 @@ struct ServeArgs {
     /// Where the model runs: cpu, cuda or cuda:N (needs a build with --features cuda).
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// GEMM weight precision: f32, or bf16 (bf16 products, f32 accumulation; on the CPU it needs AVX-512 BF16).
+    /// Weight precision: f32; bf16 (bf16 products, f32 accumulation; on the CPU it needs AVX-512 BF16);
+    /// or int8 (CPU only: bf16, and dense convolutions in int8 on AVX-512 VNNI — Kokoro's decoder).
     #[arg(long, default_value = "f32")]
     precision: String,
     /// Listen back: a whisper.cpp-compatible transcriber (host:port); requests may then set

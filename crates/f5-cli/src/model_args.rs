@@ -54,7 +54,8 @@ pub struct RunArgs {
     /// Where the model runs: cpu, or cuda / cuda:N on a build with the `cuda` feature.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// GEMM weight precision: f32, or bf16 (bf16 products, f32 accumulation; on the CPU it needs AVX-512 BF16).
+    /// Weight precision: f32; bf16 (bf16 products, f32 accumulation; on the CPU it needs AVX-512 BF16);
+    /// or int8 (CPU only: bf16, and dense convolutions in int8 on AVX-512 VNNI — Kokoro's decoder).
     #[arg(long, default_value = "f32")]
     pub precision: String,
 }

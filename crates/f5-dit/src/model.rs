@@ -71,6 +71,12 @@ fn linear<B: Backend>(l: &mut Scope<'_>, kit: &B, name: &str, out: usize, inp: u
     Ok(Linear::load(l, kit, name, out, inp)?)
 }
 
+/// A transformer block's attention and feed-forward projections: int8 in a backend's int8 mode
+/// (they are nearly all of the DiT's arithmetic), as [`linear`] elsewhere.
+fn linear_int8<B: Backend>(l: &mut Scope<'_>, kit: &B, name: &str, out: usize, inp: usize) -> Result<Linear<B>, DitError> {
+    Ok(Linear::load_int8(l, kit, name, out, inp)?)
+}
+
 impl<B: Backend> F5Model<B> {
     /// Opens a checkpoint (`.safetensors` or PyTorch `.pt`) and uploads its weights to `kit`.
     /// The architecture is read from the file ([`F5Config::infer`]).
@@ -108,10 +114,10 @@ impl<B: Backend> F5Model<B> {
                 }
                 Ok(Block {
                     ada: linear(&mut l, &kit, &format!("{p}.attn_norm.linear"), 6 * d, d)?,
-                    qkv: Linear { weight: kit.upload_weight(&w)?, bias: Some(kit.upload(&b)?), out: 3 * d, inp: d },
-                    out: linear(&mut l, &kit, &format!("{p}.attn.to_out.0"), d, d)?,
-                    ff1: linear(&mut l, &kit, &format!("{p}.ff.ff.0.0"), c.ff_inner, d)?,
-                    ff2: linear(&mut l, &kit, &format!("{p}.ff.ff.2"), d, c.ff_inner)?,
+                    qkv: Linear { weight: l.upload_gemm_weight_int8(&kit, &w)?, bias: Some(kit.upload(&b)?), out: 3 * d, inp: d },
+                    out: linear_int8(&mut l, &kit, &format!("{p}.attn.to_out.0"), d, d)?,
+                    ff1: linear_int8(&mut l, &kit, &format!("{p}.ff.ff.0.0"), c.ff_inner, d)?,
+                    ff2: linear_int8(&mut l, &kit, &format!("{p}.ff.ff.2"), d, c.ff_inner)?,
                 })
             })
             .collect::<Result<Vec<_>, DitError>>()?;

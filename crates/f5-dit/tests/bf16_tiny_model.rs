@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use f5_dit::{duration, F5Model, Noise, Overrides, SampleOptions};
-use f5_gpukit::{cpu_bf16_missing_feature, Backend, CpuBackend, CpuBf16Backend};
+use f5_gpukit::{cpu_bf16_missing_feature, cpu_int8_missing_feature, Backend, CpuBackend, CpuBf16Backend};
 
 fn sample<B: Backend>(model: &F5Model<B>) -> Vec<f32> {
     let ref_samples = 2 * duration::SAMPLE_RATE;
@@ -38,4 +38,28 @@ fn tiny_model_with_bf16_weights_tracks_f32() {
     // projection, a transposed weight) is O(1) off; one that skipped the rounding altogether
     // would agree to ~1e-6, hence the lower bound.
     assert!(rel_l2 < 1e-2 && rel_l2 > 1e-5, "rel-L2 {rel_l2}");
+}
+
+#[test]
+fn tiny_model_with_int8_block_projections_tracks_f32() {
+    if let Some(missing) = cpu_int8_missing_feature() {
+        println!("tiny model in the int8 mode: not run (this CPU lacks {missing})");
+        return;
+    }
+    let ckpt = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/f5-tiny-v1/model.safetensors");
+    let f32_model = F5Model::open(&ckpt, CpuBackend::with_threads(2).unwrap(), &Overrides::default()).unwrap();
+    let bf16_model = F5Model::open(&ckpt, CpuBf16Backend::with_threads(2).unwrap(), &Overrides::default()).unwrap();
+    let int8_model = F5Model::open(&ckpt, CpuBf16Backend::with_int8_convs(2).unwrap(), &Overrides::default()).unwrap();
+    let want = sample(&f32_model);
+    let rel = |got: &[f32]| {
+        let num: f64 = want.iter().zip(got).map(|(&w, &g)| (w as f64 - g as f64).powi(2)).sum();
+        (num / want.iter().map(|&w| (w as f64).powi(2)).sum::<f64>()).sqrt()
+    };
+    let (bf16, int8) = (rel(&sample(&bf16_model)), rel(&sample(&int8_model)));
+    println!("tiny model: mel rel-L2 vs f32 = {bf16:.2e} (bf16), {int8:.2e} (int8 block projections; 8 steps)");
+    // Each int8 projection is ~1e-2 off (both operands to 8 bits, the activations per row); the
+    // mel is allowed 5e-2. The int8 run must differ from the bf16 one (the mode is on): a model
+    // whose projections stayed bf16 would give bf16's figure exactly.
+    assert!(int8 < 5e-2, "int8 rel-L2 {int8}");
+    assert!(int8 != bf16, "the int8 mode changed nothing");
 }

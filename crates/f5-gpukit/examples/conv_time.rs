@@ -1,5 +1,6 @@
 //! Throughput of the CPU backend's dense 1-D convolution, f32 (`CpuBackend`) against bf16
-//! filters (`CpuBf16Backend`, AVX-512 BF16), on the shapes Kokoro-82M's generator and decoder
+//! filters (`CpuBf16Backend`, AVX-512 BF16) and int8 (`CpuBf16Backend::with_int8_convs`, AVX-512
+//! VNNI; the int8 column is left out on a CPU without it), on the shapes Kokoro-82M's generator and decoder
 //! spend their time in: channels-last input, 'same' padding, 128 channels at k3/k7/k11 with
 //! dilations 1/3/5 over long inputs, 256 channels over shorter ones, 512/1024 channels at k3.
 //!
@@ -8,10 +9,11 @@
 //! ```
 //!
 //! Options: `--threads N` (default 2), `--min-seconds S` (time per shape and precision, default
-//! 1; the best run is reported), `--rounds R` (default 2: f32 and bf16 are timed alternately R
-//! times, so a change in machine load hits both), `--only SUBSTRING` (shapes whose name
+//! 1; the best run is reported), `--rounds R` (default 2: the precisions are timed alternately R
+//! times, so a change in machine load hits all), `--only SUBSTRING` (shapes whose name
 //! contains it). Prints GFLOP/s (2·rows·c_out·K·c_in / best time) of each precision and the
-//! rel-L2 difference of the bf16 output from the f32 one. Timings are printed, never asserted.
+//! rel-L2 difference of the bf16 and int8 outputs from the f32 one. Timings are printed, never
+//! asserted.
 
 use std::time::Instant;
 
@@ -62,8 +64,18 @@ fn main() -> AnyResult<()> {
     }
     let f32_kit = CpuBackend::with_threads(threads)?;
     let bf16_kit = CpuBf16Backend::with_threads(threads)?;
-    println!("{threads} threads; GFLOP/s = 2·rows·c_out·K·c_in / best time");
-    println!("{:<28} {:>10} {:>10} {:>8} {:>12}", "conv (c, K, dilation, rows)", "f32", "bf16", "speed-up", "rel-L2 bf16");
+    let int8_kit = match CpuBf16Backend::with_int8_convs(threads) {
+        Ok(kit) => Some(kit),
+        Err(e) => {
+            println!("int8 not run: {e}");
+            None
+        }
+    };
+    println!("{threads} threads; GFLOP/s = 2·rows·c_out·K·c_in / best time; speed-ups against f32");
+    println!(
+        "{:<28} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11} {:>11}",
+        "conv (c, K, dilation, rows)", "f32", "bf16", "int8", "bf16 ×", "int8 ×", "rel-L2 bf16", "rel-L2 int8"
+    );
     // (channels, kernel, dilation, rows): the generator's resblocks at the two upsampled rates,
     // the decoder's wide k3 convs.
     let shapes = [
@@ -94,16 +106,41 @@ fn main() -> AnyResult<()> {
         let mut ya = f32_kit.alloc(n_y)?;
         let (xb, wb, bb) = (bf16_kit.upload(&x)?, bf16_kit.upload_weight(&w)?, bf16_kit.upload(&b)?);
         let mut yb = bf16_kit.alloc(n_y)?;
-        let (mut t32, mut t16) = (f64::INFINITY, f64::INFINITY);
+        let mut int8 = match &int8_kit {
+            Some(kit) => Some((kit, kit.upload(&x)?, kit.upload_weight(&w)?, kit.upload(&b)?, kit.alloc(n_y)?)),
+            None => None,
+        };
+        let (mut t32, mut t16, mut t8) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
         for _ in 0..rounds {
             t32 = t32.min(best_of(min_seconds, || Ok(f32_kit.conv1d(&spec, &xa, &wa, Some(&ba), &mut ya)?))?);
             t16 = t16.min(best_of(min_seconds, || Ok(bf16_kit.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb)?))?);
+            if let Some((kit, xi, wi, bi, yi)) = &mut int8 {
+                t8 = t8.min(best_of(min_seconds, || Ok(kit.conv1d(&spec, xi, wi, Some(bi), yi)?))?);
+            }
         }
-        let (y32, y16) = (f32_kit.download(&ya)?, bf16_kit.download(&yb)?);
-        let num: f64 = y32.iter().zip(&y16).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
-        let den: f64 = y32.iter().map(|&a| (a as f64).powi(2)).sum();
+        let y32 = f32_kit.download(&ya)?;
+        let rel_l2 = |y: &[f32]| {
+            let num: f64 = y32.iter().zip(y).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
+            let den: f64 = y32.iter().map(|&a| (a as f64).powi(2)).sum();
+            (num / den).sqrt()
+        };
+        let e16 = rel_l2(&bf16_kit.download(&yb)?);
+        let e8 = match &int8 {
+            Some((kit, _, _, _, yi)) => rel_l2(&kit.download(yi)?),
+            None => f64::NAN,
+        };
         let flops = 2.0 * (spec.n_out() * c * kernel * c) as f64;
-        println!("{:<28} {:>10.1} {:>10.1} {:>7.2}× {:>12.2e}", name, flops / t32 / 1e9, flops / t16 / 1e9, t32 / t16, (num / den).sqrt());
+        println!(
+            "{:<28} {:>8.1} {:>8.1} {:>8.1} {:>7.2}× {:>7.2}× {:>11.2e} {:>11.2e}",
+            name,
+            flops / t32 / 1e9,
+            flops / t16 / 1e9,
+            flops / t8 / 1e9,
+            t32 / t16,
+            t32 / t8,
+            e16,
+            e8
+        );
     }
     Ok(())
 }

@@ -34,7 +34,7 @@ mod cpu;
 pub mod cuda;
 mod spec;
 
-pub use cpu::bf16::{cpu_bf16_missing_feature, CpuBf16Backend, CpuBuf};
+pub use cpu::bf16::{cpu_bf16_missing_feature, cpu_int8_missing_feature, CpuBf16Backend, CpuBuf};
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaBackend, CudaBuf, CudaOptions, WeightPrecision};
@@ -96,6 +96,9 @@ pub enum DeviceChoice {
     /// The CPU backend with GEMM weights stored in bf16 ([`CpuBf16Backend`]); only parsed
     /// where the CPU has AVX-512 BF16.
     CpuBf16,
+    /// [`CpuBf16Backend::with_int8_convs`]: GEMM weights in bf16 and dense convolutions in int8
+    /// (AVX-512 VNNI); only parsed where the CPU has AVX-512 BF16 and VNNI.
+    CpuInt8,
     /// The CUDA backend on GPU `ordinal`; `bf16` keeps a bf16 copy of every GEMM weight.
     Cuda {
         /// Which GPU (as `CUDA_VISIBLE_DEVICES` numbers them).
@@ -107,19 +110,25 @@ pub enum DeviceChoice {
 
 impl DeviceChoice {
     /// Parses a device name (`cpu`, `cuda`, `gpu`, `cuda:N`; any case) and a weight precision
-    /// (`f32`/`fp32`/`float32`, `bf16`/`bfloat16`). Parsing does not depend on the build.
-    /// `cpu` with `bf16` is refused, naming the missing extension, on a CPU without AVX-512 BF16.
+    /// (`f32`/`fp32`/`float32`, `bf16`/`bfloat16`, `int8` on the CPU only). Parsing does not
+    /// depend on the build. `cpu` with `bf16` (`int8`) is refused, naming the missing extension,
+    /// on a CPU without AVX-512 BF16 (and VNNI).
     pub fn parse(device: &str, precision: &str) -> Result<Self> {
-        Self::parse_for_cpu(device, precision, cpu_bf16_missing_feature)
+        Self::parse_for_cpu(
+            device,
+            precision,
+            CpuFeatures { bf16_missing: cpu_bf16_missing_feature, int8_missing: cpu_int8_missing_feature },
+        )
     }
 
     /// [`DeviceChoice::parse`] with the CPU feature check passed in, so that the refusal is
     /// tested on any machine.
-    fn parse_for_cpu(device: &str, precision: &str, cpu_bf16_missing: fn() -> Option<&'static str>) -> Result<Self> {
-        let bf16 = match precision.trim().to_ascii_lowercase().as_str() {
-            "f32" | "fp32" | "float32" => false,
-            "bf16" | "bfloat16" => true,
-            other => return Err(KitError::Device(format!("weight precision {other:?}: use f32 or bf16"))),
+    fn parse_for_cpu(device: &str, precision: &str, cpu: CpuFeatures) -> Result<Self> {
+        let (bf16, int8) = match precision.trim().to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float32" => (false, false),
+            "bf16" | "bfloat16" => (true, false),
+            "int8" => (true, true),
+            other => return Err(KitError::Device(format!("weight precision {other:?}: use f32, bf16 or (on the CPU) int8"))),
         };
         let device = device.trim().to_ascii_lowercase();
         let choice = match device.as_str() {
@@ -135,8 +144,19 @@ impl DeviceChoice {
                 None => return Err(KitError::Device(format!("{other:?}: use cpu, cuda or cuda:N"))),
             },
         };
+        if int8 {
+            if choice != DeviceChoice::Cpu {
+                return Err(KitError::Device("precision int8 runs on the CPU only: use f32 or bf16 on a CUDA device".into()));
+            }
+            if let Some(feature) = (cpu.int8_missing)() {
+                return Err(KitError::Device(format!(
+                    "int8 convolutions on the CPU need the {feature} instruction set extension, which this CPU lacks: use bf16 or f32"
+                )));
+            }
+            return Ok(DeviceChoice::CpuInt8);
+        }
         if choice == DeviceChoice::Cpu && bf16 {
-            if let Some(feature) = cpu_bf16_missing() {
+            if let Some(feature) = (cpu.bf16_missing)() {
                 return Err(KitError::Device(format!(
                     "bf16 weights on the CPU need the {feature} instruction set extension, which this CPU lacks: use f32, or a CUDA device"
                 )));
@@ -145,6 +165,14 @@ impl DeviceChoice {
         }
         Ok(choice)
     }
+}
+
+/// The CPU feature checks [`DeviceChoice::parse`] consults, passed in so that its refusals are
+/// tested on any machine.
+#[derive(Clone, Copy)]
+struct CpuFeatures {
+    bf16_missing: fn() -> Option<&'static str>,
+    int8_missing: fn() -> Option<&'static str>,
 }
 
 /// Everything an op can refuse.
@@ -194,6 +222,13 @@ pub trait Backend: Send + Sync {
     /// everything else reads them like any buffer. Defaults to [`Backend::upload`].
     fn upload_weight(&self, data: &[f32]) -> Result<Self::Buf> {
         self.upload(data)
+    }
+    /// Uploads a convolution filter bank that a backend may compute in int8 (the CPU bf16
+    /// backend's int8 mode, [`CpuBf16Backend::with_int8_convs`]: per-row int8 activations).
+    /// Models use it only for convolutions whose inputs were measured to tolerate that; a backend
+    /// without such a mode treats it as [`Backend::upload_weight`], the default.
+    fn upload_weight_int8(&self, data: &[f32]) -> Result<Self::Buf> {
+        self.upload_weight(data)
     }
     /// A host copy of the whole buffer (device → host).
     fn download(&self, buf: &Self::Buf) -> Result<Vec<f32>>;
@@ -372,7 +407,7 @@ pub struct ReadmeDoctests;
 
 #[cfg(test)]
 mod tests {
-    use super::DeviceChoice;
+    use super::{CpuFeatures, DeviceChoice};
 
     #[test]
     fn device_choices_parse_or_explain() {
@@ -384,7 +419,7 @@ mod tests {
             ("cuda:x", "f32", "device number"),
             ("cuda:-1", "f32", "device number"),
             ("tpu", "f32", "use cpu, cuda"),
-            ("cpu", "f16", "use f32 or bf16"),
+            ("cpu", "f16", "use f32, bf16"),
         ] {
             let err = DeviceChoice::parse(device, precision).unwrap_err().to_string();
             assert!(err.contains(needle), "{device}/{precision}: {err}");
@@ -393,8 +428,8 @@ mod tests {
 
     #[test]
     fn cpu_bf16_follows_the_cpu_feature() {
-        let has = || None;
-        let lacks = || Some("avx512_bf16");
+        let has = CpuFeatures { bf16_missing: || None, int8_missing: || None };
+        let lacks = CpuFeatures { bf16_missing: || Some("avx512_bf16"), int8_missing: || Some("avx512_bf16") };
         assert_eq!(DeviceChoice::parse_for_cpu("cpu", "bfloat16", has).unwrap(), DeviceChoice::CpuBf16);
         assert_eq!(DeviceChoice::parse_for_cpu("cpu", "f32", lacks).unwrap(), DeviceChoice::Cpu);
         let err = DeviceChoice::parse_for_cpu("cpu", "bf16", lacks).unwrap_err().to_string();
@@ -403,5 +438,21 @@ mod tests {
         let real = DeviceChoice::parse("cpu", "bf16");
         assert_eq!(real.is_ok(), super::cpu_bf16_missing_feature().is_none(), "{real:?}");
         println!("this CPU: cpu/bf16 {}", if real.is_ok() { "accepted" } else { "refused" });
+    }
+
+    #[test]
+    fn cpu_int8_follows_the_cpu_features_and_is_cpu_only() {
+        let has = CpuFeatures { bf16_missing: || None, int8_missing: || None };
+        let no_vnni = CpuFeatures { bf16_missing: || None, int8_missing: || Some("avx512_vnni") };
+        assert_eq!(DeviceChoice::parse_for_cpu("cpu", " INT8", has).unwrap(), DeviceChoice::CpuInt8);
+        // bf16 alone is still accepted where only VNNI is missing.
+        assert_eq!(DeviceChoice::parse_for_cpu("cpu", "bf16", no_vnni).unwrap(), DeviceChoice::CpuBf16);
+        let err = DeviceChoice::parse_for_cpu("cpu", "int8", no_vnni).unwrap_err().to_string();
+        assert!(err.contains("avx512_vnni") && err.contains("lacks"), "{err}");
+        let err = DeviceChoice::parse_for_cpu("cuda:1", "int8", has).unwrap_err().to_string();
+        assert!(err.contains("CPU only"), "{err}");
+        let real = DeviceChoice::parse("cpu", "int8");
+        assert_eq!(real.is_ok(), super::cpu_int8_missing_feature().is_none(), "{real:?}");
+        println!("this CPU: cpu/int8 {}", if real.is_ok() { "accepted" } else { "refused" });
     }
 }

@@ -702,11 +702,15 @@ pub fn conv_transpose1d<B: Backend>(kit: &B) {
 }
 
 /// One convolution case with random input, filters and bias (`lens`), the filters uploaded as a
-/// plain buffer and as a weight (`upload_weight`: bf16 on the bf16 CPU backend, where dense
-/// convolutions and transposed convolutions then run on the bf16 kernels), with and without the
-/// bias, against the f64 reference. Each output sums `terms` products of magnitude ≤ 1: f32 errs
-/// by ≲ 2e-6 per term in any order; with a bf16 weight both operands may be rounded to bf16 (a
-/// product off by < 2⁻⁷ of itself). A wrong tap or channel is off by O(1).
+/// plain buffer, as a weight (`upload_weight`: bf16 on the bf16 CPU backend, where dense
+/// convolutions and transposed convolutions then run on the bf16 kernels) and as an int8-capable
+/// weight (`upload_weight_int8`: dense convolutions in int8 in that backend's int8 mode), with and
+/// without the bias, against the f64 reference. Each output sums `terms` products of magnitude
+/// ≤ 1: f32 errs by ≲ 2e-6 per term in any order; with a bf16 weight both operands may be rounded
+/// to bf16 (a product off by < 2⁻⁷ of itself); in int8 each operand is within half a step (1/254
+/// of its row's or filter's largest magnitude, ≤ 1) of its value after the filter's bf16
+/// rounding, so a product is off by < 1/254 + 1/254 + 2⁻⁹ + 1/254² < 1e-2. A wrong tap or channel
+/// is off by O(1).
 fn check_filters_as_buffer_and_weight<B: Backend>(
     kit: &B,
     rng: &mut Rng,
@@ -718,15 +722,23 @@ fn check_filters_as_buffer_and_weight<B: Backend>(
 ) {
     let (x, w, bias) = (rng.vec(lens[0]), rng.vec(lens[1]), rng.vec(lens[2]));
     let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&bias).unwrap());
-    for as_weight in [false, true] {
-        let wb = if as_weight { kit.upload_weight(&w).unwrap() } else { kit.upload(&w).unwrap() };
+    for upload in ["buffer", "weight", "int8 weight"] {
+        let wb = match upload {
+            "buffer" => kit.upload(&w).unwrap(),
+            "weight" => kit.upload_weight(&w).unwrap(),
+            _ => kit.upload_weight_int8(&w).unwrap(),
+        };
         for with_bias in [true, false] {
             let want = reference(&x, &w, with_bias.then_some(&bias[..]));
             let mut y = guarded(kit, &vec![0.0; want.len()]);
             run(&xb, &wb, with_bias.then_some(&bb), &mut y);
             let got = take(kit, &y, want.len(), what);
-            let rounding = if as_weight { 2f64.powi(-7) * terms } else { 0.0 };
-            assert_close(&got, &want, |_| 2e-6 * terms + 1e-6 + rounding, &format!("{what} bias={with_bias} weight={as_weight}"));
+            let rounding = match upload {
+                "buffer" => 0.0,
+                "weight" => 2f64.powi(-7) * terms,
+                _ => 1e-2 * terms,
+            };
+            assert_close(&got, &want, |_| 2e-6 * terms + 1e-6 + rounding, &format!("{what} bias={with_bias} filters as {upload}"));
         }
     }
 }
@@ -1262,3 +1274,7 @@ fn every_backend_method_has_a_case() {
 // f32 backend: the whole table runs through it where the CPU has AVX-512 BF16 (plain uploads
 // stay f32), attention with its bf16 arithmetic.
 backend_suite!(cpu_bf16, f5_gpukit::CpuBf16Backend::with_threads(0).ok(), AttentionArithmetic::Bf16);
+
+// Its int8 mode: the same table, with dense convolutions on filters uploaded for int8 computed
+// in int8 (where the CPU has AVX-512 VNNI as well).
+backend_suite!(cpu_int8, f5_gpukit::CpuBf16Backend::with_int8_convs(0).ok(), AttentionArithmetic::Bf16);

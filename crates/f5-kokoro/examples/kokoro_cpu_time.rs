@@ -10,11 +10,13 @@
 //!
 //! Options: `--fixtures DIR` (default `fixtures/kokoro`), `--iters N` (default 5), `--only short|long`,
 //! `--stages` (one extra traced run per input: the time between consecutive trace points, which
-//! includes copying each traced activation to the host), `--precision f32|bf16|both` (default
-//! f32): `bf16` runs on `CpuBf16Backend` (the decoder's Linear weights, its AdaIN blocks' dense convs and the generator's dense convs and upsamplers in bf16;
-//! needs AVX-512 BF16); `both` times f32 and bf16 back to back per input and prints how far the
-//! bf16 run is from the f32 one (rel-L2 of F0, N, and of the audio of the whole forward and of
-//! the decoder alone fed the f32 run's F0, N and features).
+//! includes copying each traced activation to the host), `--precision LIST` (comma-separated
+//! `f32`, `bf16`, `int8`; `both` = `f32,bf16`; default f32): `bf16` runs on `CpuBf16Backend` (the
+//! decoder's Linear weights, its AdaIN blocks' dense convs and the generator's dense convs and
+//! upsamplers in bf16; needs AVX-512 BF16), `int8` on `CpuBf16Backend::with_int8_convs` (those
+//! dense convs in int8; needs AVX-512 VNNI too). With f32 in the list, each other precision is
+//! timed back to back with it per input and compared with it (rel-L2 of F0, N, and of the audio
+//! of the whole forward and of the decoder alone fed the f32 run's F0, N and features).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -169,16 +171,24 @@ fn time_one<B: Backend>(a: &Args, label: &str, model: &Kokoro<B>, ids: &[u32], s
 
 fn main() -> AnyResult<()> {
     let a = parse_args()?;
-    let (run_f32, run_bf16) = match a.precision.as_str() {
-        "f32" => (true, false),
-        "bf16" => (false, true),
-        "both" => (true, true),
-        other => return Err(format!("--precision {other}: expected f32, bf16 or both").into()),
-    };
+    let list = if a.precision == "both" { "f32,bf16" } else { a.precision.as_str() };
+    let mut run_f32 = false;
+    let mut lows: Vec<&str> = Vec::new();
+    for p in list.split(',').map(str::trim) {
+        match p {
+            "f32" => run_f32 = true,
+            "bf16" | "int8" => lows.push(p),
+            other => return Err(format!("--precision {other}: expected f32, bf16, int8 (comma-separated) or both").into()),
+        }
+    }
     let config = KokoroConfig::open(&a.config)?;
     let mut w = Weights::open(&a.model)?;
     let m32 = if run_f32 { Some(Kokoro::from_weights(&mut w, config.clone(), CpuBackend::with_threads(a.threads)?)?) } else { None };
-    let m16 = if run_bf16 { Some(Kokoro::from_weights(&mut w, config, CpuBf16Backend::with_threads(a.threads)?)?) } else { None };
+    let mut low_models = Vec::new();
+    for &p in &lows {
+        let kit = if p == "int8" { CpuBf16Backend::with_int8_convs(a.threads)? } else { CpuBf16Backend::with_threads(a.threads)? };
+        low_models.push((p, Kokoro::from_weights(&mut w, config.clone(), kit)?));
+    }
     drop(w);
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         println!("load average before: {}", load.trim());
@@ -191,18 +201,20 @@ fn main() -> AnyResult<()> {
         let ids: Vec<u32> = npy_f32(&dir.join(format!("{prefix}_ids.npy")))?.iter().map(|&v| v as u32).collect();
         let style = npy_f32(&dir.join(format!("{prefix}_ref_s.npy")))?;
         let o32 = m32.as_ref().map(|m| time_one(&a, &format!("{name} f32"), m, &ids, &style, speed)).transpose()?;
-        let o16 = m16.as_ref().map(|m| time_one(&a, &format!("{name} bf16"), m, &ids, &style, speed)).transpose()?;
-        if let (Some(o32), Some(o16), Some(m16)) = (&o32, &o16, &m16) {
-            let changed = o32.durations.iter().zip(&o16.durations).filter(|(x, y)| x != y).count();
-            // The decoder alone in bf16, fed the f32 run's F0, N and features: the generator's error.
-            let aligned = m16.aligned_from_host(o32.durations.clone(), &o32.f0, &o32.n, &o32.asr)?;
-            let decoded = m16.decode(&aligned, &style, 0, &mut Trace::off())?;
+        for (p, m) in &low_models {
+            let o = time_one(&a, &format!("{name} {p}"), m, &ids, &style, speed)?;
+            let Some(o32) = &o32 else { continue };
+            let changed = o32.durations.iter().zip(&o.durations).filter(|(x, y)| x != y).count();
+            // The decoder alone in this precision, fed the f32 run's F0, N and features: the
+            // generator's error.
+            let aligned = m.aligned_from_host(o32.durations.clone(), &o32.f0, &o32.n, &o32.asr)?;
+            let decoded = m.decode(&aligned, &style, 0, &mut Trace::off())?;
             println!(
-                "{name} bf16 vs f32: {changed} of {} durations differ; rel-L2 F0 {:.2e}, N {:.2e}, audio {:.2e}; decoder alone: audio {:.2e}",
+                "{name} {p} vs f32: {changed} of {} durations differ; rel-L2 F0 {:.2e}, N {:.2e}, audio {:.2e}; decoder alone: audio {:.2e}",
                 o32.durations.len(),
-                rel_l2(&o16.f0, &o32.f0),
-                rel_l2(&o16.n, &o32.n),
-                rel_l2(&o16.audio, &o32.audio),
+                rel_l2(&o.f0, &o32.f0),
+                rel_l2(&o.n, &o32.n),
+                rel_l2(&o.audio, &o32.audio),
                 rel_l2(&decoded, &o32.audio)
             );
         }

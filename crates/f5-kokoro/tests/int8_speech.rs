@@ -22,7 +22,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use f5_gpukit::CpuBackend;
+use f5_gpukit::{Backend, CpuBackend, CpuBf16Backend};
 use f5_kokoro::{Kokoro, VoicePack};
 use f5_verify::{score, English, Transcriber, TranscriberConfig};
 
@@ -158,6 +158,30 @@ fn int8_weights_speak_words_that_pocketsphinx_hears() {
 #[test]
 fn int8_weights_speak_the_reference_front_ends_phonemes() {
     let Some(dir) = int8_dir() else { return };
+    let model = Kokoro::open(dir.join("kokoro-v1_0.pth"), CpuBackend::new()).unwrap_or_else(|e| panic!("{e}"));
+    reference_phonemes_are_heard(&dir, &model, "f32");
+}
+
+/// The same ten sentences × two voices in the reduced precisions of the CPU backend (bf16
+/// weights; bf16 with the generator's convolutions in int8), same gate: what they change in the
+/// audio (~1e-2 and ~2e-2 rel-L2 from f32 in the decoder, `kokoro_cpu_time --precision`) must
+/// not change the words heard. Each runs where the CPU has its extensions and says so where not.
+#[test]
+fn reduced_precisions_speak_the_reference_front_ends_phonemes() {
+    let Some(dir) = int8_dir() else { return };
+    for (label, kit) in [("bf16", CpuBf16Backend::with_threads(0)), ("int8", CpuBf16Backend::with_int8_convs(0))] {
+        match kit {
+            Ok(kit) => {
+                let model = Kokoro::open(dir.join("kokoro-v1_0.pth"), kit).unwrap_or_else(|e| panic!("{e}"));
+                reference_phonemes_are_heard(&dir, &model, label);
+            }
+            Err(e) => skip(&format!("{label} not run: {e}")),
+        }
+    }
+}
+
+/// Mean WER of the reference front end's phonemes spoken by `model`, held to the gate.
+fn reference_phonemes_are_heard<B: Backend>(dir: &std::path::Path, model: &Kokoro<B>, label: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/kokoro/int8_sentences.json");
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("int8_sentences.json")).expect("json");
     let sentences: Vec<(&str, &str)> = doc["sentences"]
@@ -168,18 +192,17 @@ fn int8_weights_speak_the_reference_front_ends_phonemes() {
         .collect();
     assert_eq!(sentences.len(), 10);
     let Some(listener) = listener() else { return };
-    let model = Kokoro::open(dir.join("kokoro-v1_0.pth"), CpuBackend::new()).unwrap_or_else(|e| panic!("{e}"));
     let mut wers = Vec::new();
     for voice_name in VOICES {
         let voice = VoicePack::open(&dir.join(format!("voices/{voice_name}.pt")), 256).unwrap_or_else(|e| panic!("{e}"));
         for (text, ps) in &sentences {
             let speech = model.speak(ps, &voice, 1.0, SEED).unwrap_or_else(|e| panic!("{e}"));
-            wers.push(listener.wer(&format!("{voice_name} {ps:?}"), text, &speech.audio));
+            wers.push(listener.wer(&format!("{label} {voice_name} {ps:?}"), text, &speech.audio));
         }
     }
     let spoken = mean(&wers);
-    eprintln!("reference phonemes: mean WER {spoken:.3} over {} utterances", wers.len());
-    assert!(spoken <= MAX_MEAN_WER, "int8 Kokoro on the reference's phonemes: mean WER {spoken:.3} > {MAX_MEAN_WER} ({wers:?})");
+    eprintln!("{label}, reference phonemes: mean WER {spoken:.3} over {} utterances", wers.len());
+    assert!(spoken <= MAX_MEAN_WER, "{label} Kokoro on the reference's phonemes: mean WER {spoken:.3} > {MAX_MEAN_WER} ({wers:?})");
 }
 
 /// ‖a − b‖ / ‖b‖.

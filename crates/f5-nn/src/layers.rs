@@ -28,6 +28,14 @@ impl<B: Backend> Linear<B> {
         Ok(Linear { weight: s.gemm_weight(kit, "weight", &[out, inp])?, bias: Some(s.tensor(kit, "bias", &[out])?), out, inp })
     }
 
+    /// As [`Linear::load`], the weight through [`Scope::gemm_weight_int8`]: a backend with an int8
+    /// mode (`CpuBf16Backend::with_int8_convs`) computes the layer in int8 (per-row activations,
+    /// per-output-channel weights). Only for layers whose inputs were measured to tolerate that.
+    pub fn load_int8(w: &mut Scope<'_>, kit: &B, name: &str, out: usize, inp: usize) -> Result<Self> {
+        let mut s = w.scope(name);
+        Ok(Linear { weight: s.gemm_weight_int8(kit, "weight", &[out, inp])?, bias: Some(s.tensor(kit, "bias", &[out])?), out, inp })
+    }
+
     /// As [`Linear::load`] for a layer built with `bias=False`.
     pub fn load_no_bias(w: &mut Scope<'_>, kit: &B, name: &str, out: usize, inp: usize) -> Result<Self> {
         Ok(Linear { weight: w.scope(name).gemm_weight(kit, "weight", &[out, inp])?, bias: None, out, inp })
@@ -81,11 +89,7 @@ impl<B: Backend> Conv1d<B> {
     /// `name.weight` `[c_out, c_in/groups, kernel]` (or `weight_g`/`weight_v`) and, with
     /// `bias`, `name.bias`. `spec` gives everything but the batch and length.
     pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
-        let mut s = w.scope(name);
-        let groups = spec.groups.max(1);
-        let weight = s.host_normed("weight", &[spec.c_out, spec.c_in / groups, spec.kernel])?;
-        let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
-        Ok(Conv1d { weight: kit.upload(&weight)?, bias, spec })
+        Self::load_through(w, kit, name, spec, bias, B::upload)
     }
 
     /// As [`Conv1d::load`], but the filters go through [`Backend::upload_weight`], as a
@@ -93,11 +97,30 @@ impl<B: Backend> Conv1d<B> {
     /// `CpuBf16Backend`, whose dense convolutions run on its bf16 GEMM kernel). For the big dense
     /// convolutions whose cost that cuts; small or precision-critical ones stay on `load`.
     pub fn load_weight(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
+        Self::load_through(w, kit, name, spec, bias, B::upload_weight)
+    }
+
+    /// As [`Conv1d::load_weight`], through [`Backend::upload_weight_int8`]: a backend with an int8
+    /// mode (`CpuBf16Backend::with_int8_convs`) computes this convolution in int8 with per-row
+    /// activation scales. Only for convolutions whose inputs were measured to tolerate that.
+    pub fn load_weight_int8(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
+        Self::load_through(w, kit, name, spec, bias, B::upload_weight_int8)
+    }
+
+    /// The filters `[c_out, c_in/groups, kernel]` uploaded by `upload`, and the bias.
+    fn load_through(
+        w: &mut Scope<'_>,
+        kit: &B,
+        name: &str,
+        spec: Conv1dSpec,
+        bias: bool,
+        upload: fn(&B, &[f32]) -> f5_gpukit::Result<B::Buf>,
+    ) -> Result<Self> {
         let mut s = w.scope(name);
         let groups = spec.groups.max(1);
         let weight = s.host_normed("weight", &[spec.c_out, spec.c_in / groups, spec.kernel])?;
         let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
-        Ok(Conv1d { weight: kit.upload_weight(&weight)?, bias, spec })
+        Ok(Conv1d { weight: upload(kit, &weight)?, bias, spec })
     }
 
     /// Output rows for an input of `n` rows.

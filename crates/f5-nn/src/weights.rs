@@ -229,6 +229,23 @@ impl Scope<'_> {
         self.upload_gemm_weight(kit, &data)
     }
 
+    /// As [`Scope::gemm_weight`], through [`Backend::upload_weight_int8`]: a backend with an int8
+    /// mode may compute the GEMMs with it in int8 (or plain f32 while
+    /// [`Weights::set_gemm_weights_f32`] is on).
+    pub fn gemm_weight_int8<B: Backend>(&mut self, kit: &B, name: &str, shape: &[usize]) -> Result<B::Buf> {
+        let data = self.host_normed(name, shape)?;
+        self.upload_gemm_weight_int8(kit, &data)
+    }
+
+    /// [`Scope::upload_gemm_weight`] through [`Backend::upload_weight_int8`].
+    pub fn upload_gemm_weight_int8<B: Backend>(&self, kit: &B, data: &[f32]) -> Result<B::Buf> {
+        if self.w.gemm_weights_f32 {
+            Ok(kit.upload(data)?)
+        } else {
+            Ok(kit.upload_weight_int8(data)?)
+        }
+    }
+
     /// Host data that feeds GEMMs (e.g. several tensors fused into one), uploaded as
     /// [`Scope::gemm_weight`] uploads: through [`Backend::upload_weight`], or as plain f32 while
     /// [`Weights::set_gemm_weights_f32`] is on.

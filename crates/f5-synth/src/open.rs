@@ -244,6 +244,10 @@ pub fn open_engine(files: &ModelFiles, device: DeviceOptions) -> Result<Box<dyn 
             let kit = f5_gpukit::CpuBf16Backend::with_threads(device.threads).map_err(|e| SynthError::Device(e.to_string()))?;
             open_on(files, kit)
         }
+        DeviceChoice::CpuInt8 => {
+            let kit = f5_gpukit::CpuBf16Backend::with_int8_convs(device.threads).map_err(|e| SynthError::Device(e.to_string()))?;
+            open_on(files, kit)
+        }
         #[cfg(feature = "cuda")]
         DeviceChoice::Cuda { ordinal, bf16 } => {
             let options = f5_gpukit::CudaOptions::with_bf16_weights(bf16);

@@ -337,4 +337,4 @@ mod x86 {
 
 #[cfg(test)]
 #[path = "conv_tests.rs"]
-mod tests;
+pub(super) mod tests;

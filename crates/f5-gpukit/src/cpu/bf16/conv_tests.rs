@@ -79,7 +79,7 @@ fn reference(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, vari
 }
 
 /// The exact convolution in f64 of the unrounded operands.
-fn conv_f64(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f64> {
+pub(in crate::cpu::bf16) fn conv_f64(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f64> {
     let Conv1dSpec { batch, n, c_in, c_out, kernel, stride, dilation, pad, .. } = *spec;
     let n_out = spec.n_out();
     let mut y = vec![0.0f64; batch * n_out * c_out];
@@ -119,7 +119,7 @@ fn f32_sum_bound(terms: usize) -> f64 {
 /// row counts that are not a multiple of the 12-row tile or the row block, and an input wide
 /// enough (`c_in` = 2050, not a multiple of the 32-value conversion) that the row blocks are
 /// cut by the size of their bf16 input copy rather than by the thread count.
-fn shapes() -> Vec<Conv1dSpec> {
+pub(in crate::cpu::bf16) fn shapes() -> Vec<Conv1dSpec> {
     let s = |batch, n, c_in, c_out, kernel, stride, dilation, pad| {
         Conv1dSpec::new(batch, n, c_in, c_out, kernel).stride(stride).dilation(dilation).pad(pad)
     };
@@ -138,7 +138,7 @@ fn shapes() -> Vec<Conv1dSpec> {
     ]
 }
 
-fn data(spec: &Conv1dSpec, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+pub(in crate::cpu::bf16) fn data(spec: &Conv1dSpec, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let mut rng = Rng(seed);
     let x = rng.vec(spec.batch * spec.n * spec.c_in);
     let w = rng.vec(spec.c_out * (spec.c_in / spec.groups) * spec.kernel);

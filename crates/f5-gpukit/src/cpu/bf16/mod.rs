@@ -18,11 +18,17 @@
 //!
 //! There is no slow path: [`CpuBf16Backend::with_threads`] refuses a CPU without AVX-512 BF16,
 //! naming the missing extension.
+//!
+//! The int8 mode ([`CpuBf16Backend::with_int8_convs`], AVX-512 VNNI as well): dense convolutions
+//! whose filters were uploaded with `upload_weight_int8` run on the int8 kernel of [`conv_int8`]
+//! (per-channel int8 filters, per-row int8 activations, exact i32 sums per tap); the weight keeps
+//! its int8 form after first use (`CpuBuf`'s second field), and a write to it drops that.
 
 pub(crate) mod attention;
 #[cfg(test)]
 mod attention_tests;
 pub(crate) mod conv;
+pub(crate) mod conv_int8;
 pub(crate) mod conv_transpose;
 #[cfg(test)]
 mod conv_transpose_tests;
@@ -32,12 +38,13 @@ mod test_rng;
 #[cfg(test)]
 mod tests;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::spec::{
     AttentionSpec, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec, RopeSpec, StftSpec,
 };
 use crate::{shape_err, Activation, Backend, CpuBackend, Device, KitError, Result};
+use conv_int8::Avx512Vnni;
 use gemm::{Avx512Bf16, Operand};
 
 /// `None` where this CPU runs the bf16 GEMM kernel, else the name of the instruction set
@@ -46,9 +53,17 @@ pub fn cpu_bf16_missing_feature() -> Option<&'static str> {
     Avx512Bf16::detect().err()
 }
 
-/// A buffer of [`CpuBf16Backend`]: f32 values, or a GEMM weight stored as bf16.
+/// `None` where this CPU runs the int8 convolution mode ([`CpuBf16Backend::with_int8_convs`]:
+/// AVX-512 BF16 and AVX-512 VNNI), else the name of the first extension it lacks.
+pub fn cpu_int8_missing_feature() -> Option<&'static str> {
+    Avx512Bf16::detect().err().or_else(|| Avx512Vnni::detect().err())
+}
+
+/// A buffer of [`CpuBf16Backend`]: f32 values, or a GEMM weight stored as bf16. A filter bank
+/// uploaded with `upload_weight_int8` in the int8 mode also keeps, once a dense convolution has
+/// used it, its int8 form (the second field: `None` for every other buffer).
 #[derive(Clone, Debug)]
-pub struct CpuBuf(Repr);
+pub struct CpuBuf(Repr, Option<OnceLock<Box<conv_int8::PackedFilters>>>);
 
 #[derive(Clone, Debug)]
 enum Repr {
@@ -58,6 +73,29 @@ enum Repr {
 }
 
 impl CpuBuf {
+    fn of(repr: Repr) -> Self {
+        CpuBuf(repr, None)
+    }
+
+    /// The int8 filter bank of this bf16 weight for `spec`, where it was uploaded for int8:
+    /// packed on first use and kept, or packed for this call only if the bank kept is for
+    /// another shape.
+    fn int8_filters(&self, spec: &Conv1dSpec, w: &[u16]) -> Option<std::borrow::Cow<'_, conv_int8::PackedFilters>> {
+        let kept = self.1.as_ref()?.get_or_init(|| Box::new(conv_int8::PackedFilters::pack(spec, w)));
+        Some(if kept.fits(spec) {
+            std::borrow::Cow::Borrowed(&**kept)
+        } else {
+            std::borrow::Cow::Owned(conv_int8::PackedFilters::pack(spec, w))
+        })
+    }
+
+    /// Forgets a kept int8 bank: the values changed.
+    fn values_changed(&mut self) {
+        if let Some(kept) = &mut self.1 {
+            *kept = OnceLock::new();
+        }
+    }
+
     /// Whether this buffer is a weight held in bf16 only.
     pub fn is_bf16(&self) -> bool {
         matches!(self.0, Repr::Bf16(_))
@@ -112,6 +150,7 @@ impl CpuBuf {
         let len = self.len();
         let end = offset.checked_add(data.len()).filter(|&e| e <= len);
         let end = end.ok_or_else(|| shape_err(op, format!("{}+{} past buffer of {len}", offset, data.len())))?;
+        self.values_changed();
         match &mut self.0 {
             Repr::F32(v) => v[offset..end].copy_from_slice(data),
             Repr::Bf16(v) => {
@@ -131,12 +170,37 @@ fn not_f32(op: &'static str) -> KitError {
     )
 }
 
+impl CpuBf16Backend {
+    /// In the int8 mode, `y = x · Wᵀ + bias` with `W` a weight uploaded for int8 runs on the int8
+    /// convolution kernel as a one-tap convolution (a `Linear`'s `[out, in]` weight is a
+    /// `[c_out, c_in, 1]` filter bank): per-row int8 activations, per-output-channel int8
+    /// weights, exact i32 sums. `None` where that does not apply (another layout, a batched or
+    /// accumulating product, an f32 or bf16-only weight): the caller runs the bf16 GEMM.
+    fn gemm_int8(&self, spec: &GemmSpec, a: &CpuBuf, b: &CpuBuf, bias: Option<&Vec<f32>>, c: &mut [f32]) -> Option<Result<()>> {
+        let vnni = self.int8?;
+        let (Repr::F32(x), Repr::Bf16(w)) = (&a.0, &b.0) else { return None };
+        let GemmSpec { m, n, k, .. } = *spec;
+        let linear = GemmSpec::linear(m, k, n);
+        let plain = spec.batch == 1 && spec.beta == 0.0 && spec.a == linear.a && spec.b == linear.b && spec.c == linear.c;
+        let conv = Conv1dSpec::new(1, m, k, n, 1);
+        if !plain || !conv_int8::supports(&conv) {
+            return None;
+        }
+        let filters = b.int8_filters(&conv, w)?;
+        let bias = bias.map(|b| b.as_slice());
+        self.f32.run(|| conv_int8::conv1d_dense(vnni, &conv, x, &filters, bias, c));
+        Some(Ok(()))
+    }
+}
+
 /// The CPU backend with GEMM weights in bf16 and the AVX-512 BF16 kernel; see the module docs.
 /// Cheap to clone; clones share the thread pool and the packing scratch.
 #[derive(Clone)]
 pub struct CpuBf16Backend {
     f32: CpuBackend,
     cpu: Avx512Bf16,
+    /// Set in the int8 mode: dense convolutions with bf16 filters run on the int8 kernel.
+    int8: Option<Avx512Vnni>,
     /// The packed B operand, reused by every GEMM (a GEMM that finds it busy packs into its own).
     packed_b: Arc<Mutex<Vec<u32>>>,
 }
@@ -148,7 +212,27 @@ impl CpuBf16Backend {
         let cpu = Avx512Bf16::detect().map_err(|feature| {
             KitError::Device(format!("bf16 weights on the CPU need the {feature} instruction set extension, which this CPU lacks; use f32"))
         })?;
-        Ok(CpuBf16Backend { f32: CpuBackend::with_threads(threads)?, cpu, packed_b: Arc::new(Mutex::new(Vec::new())) })
+        Ok(CpuBf16Backend { f32: CpuBackend::with_threads(threads)?, cpu, int8: None, packed_b: Arc::new(Mutex::new(Vec::new())) })
+    }
+
+    /// Like [`CpuBf16Backend::with_threads`], and dense convolutions whose filters were uploaded
+    /// with `upload_weight_int8` (`conv1d` with `groups == 1`) compute in int8 on AVX-512
+    /// VNNI (`vpdpbusd`): per-output-channel int8 filters, one dynamic int8 scale per input and
+    /// batch item, exact i32 sums, f32 output (the kernel's docs give the arithmetic). Everything
+    /// else is as in bf16. Refuses, naming the missing extension, on a CPU without AVX-512 BF16
+    /// or VNNI.
+    pub fn with_int8_convs(threads: usize) -> Result<Self> {
+        let vnni = Avx512Vnni::detect().map_err(|feature| {
+            KitError::Device(format!(
+                "int8 convolutions on the CPU need the {feature} instruction set extension, which this CPU lacks; use bf16 or f32"
+            ))
+        })?;
+        Ok(CpuBf16Backend { int8: Some(vnni), ..Self::with_threads(threads)? })
+    }
+
+    /// Whether dense convolutions with bf16 filters run in int8 ([`CpuBf16Backend::with_int8_convs`]).
+    pub fn int8_convs(&self) -> bool {
+        self.int8.is_some()
     }
 
     /// Threads the ops run on.
@@ -165,11 +249,11 @@ impl Backend for CpuBf16Backend {
     }
 
     fn alloc(&self, len: usize) -> Result<CpuBuf> {
-        Ok(CpuBuf(Repr::F32(self.f32.alloc(len)?)))
+        Ok(CpuBuf::of(Repr::F32(self.f32.alloc(len)?)))
     }
 
     fn upload(&self, data: &[f32]) -> Result<CpuBuf> {
-        Ok(CpuBuf(Repr::F32(self.f32.upload(data)?)))
+        Ok(CpuBuf::of(Repr::F32(self.f32.upload(data)?)))
     }
 
     /// Stores the weight once, as bf16 (round to nearest even).
@@ -177,7 +261,17 @@ impl Backend for CpuBf16Backend {
         let mut v = Vec::new();
         v.try_reserve_exact(data.len()).map_err(|_| KitError::OutOfMemory(data.len()))?;
         v.extend(data.iter().map(|&x| gemm::to_bf16(x)));
-        Ok(CpuBuf(Repr::Bf16(v)))
+        Ok(CpuBuf::of(Repr::Bf16(v)))
+    }
+
+    /// In the int8 mode: stored as bf16, marked so that dense convolutions with it run on the
+    /// int8 kernel (its int8 form is made on first use and kept). Otherwise as `upload_weight`.
+    fn upload_weight_int8(&self, data: &[f32]) -> Result<CpuBuf> {
+        let mut buf = self.upload_weight(data)?;
+        if self.int8.is_some() {
+            buf.1 = Some(OnceLock::new());
+        }
+        Ok(buf)
     }
 
     fn download(&self, buf: &CpuBuf) -> Result<Vec<f32>> {
@@ -210,6 +304,7 @@ impl Backend for CpuBf16Backend {
     }
 
     fn fill(&self, buf: &mut CpuBuf, offset: usize, len: usize, value: f32) -> Result<()> {
+        buf.values_changed();
         match &mut buf.0 {
             Repr::F32(v) => self.f32.fill(v, offset, len, value),
             Repr::Bf16(v) => {
@@ -229,6 +324,9 @@ impl Backend for CpuBf16Backend {
         }
         let c = c.f32_mut("gemm")?;
         spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
+        if let Some(done) = self.gemm_int8(spec, a, b, bias, c) {
+            return done;
+        }
         let (a, b, bias) = (a.operand(), b.operand(), bias.map(|b| b.as_slice()));
         self.f32.run(|| match self.packed_b.try_lock() {
             Ok(mut scratch) => gemm::gemm_fast(self.cpu, spec, a, b, bias, c, &mut scratch),
@@ -302,8 +400,13 @@ impl Backend for CpuBf16Backend {
             Repr::F32(w) => self.f32.conv1d(spec, x, w, bias, y),
             Repr::Bf16(w) => {
                 spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
-                if spec.groups == 1 {
-                    self.f32.run(|| conv::conv1d_dense(self.cpu, spec, x, w, bias.map(|b| b.as_slice()), y));
+                let bias_slice = bias.map(|b| b.as_slice());
+                let int8 = self.int8.filter(|_| conv_int8::supports(spec));
+                if let Some((vnni, filters)) = int8.and_then(|vnni| Some((vnni, weight.int8_filters(spec, w)?))) {
+                    self.f32.run(|| conv_int8::conv1d_dense(vnni, spec, x, &filters, bias_slice, y));
+                    Ok(())
+                } else if spec.groups == 1 {
+                    self.f32.run(|| conv::conv1d_dense(self.cpu, spec, x, w, bias_slice, y));
                     Ok(())
                 } else {
                     let wide: Vec<f32> = w.iter().map(|&b| gemm::from_bf16(b)).collect();

@@ -1,0 +1,269 @@
+//! The int8 dense convolution against a scalar reference of its exact arithmetic (where the CPU
+//! has AVX-512 VNNI: bit for bit, since its sums are exact integers) and the reference against an
+//! f64 convolution with a bound derived from the quantisation steps (on every machine).
+//!
+//! The bound, per output, over the terms that are not zero padding (those are exact zeros on
+//! both sides): with `x̂ = q_x·s_x` (`s_x` the step of the input row the term reads), `ŵ = q_w·s_w`, `|x̂ − x| ≤ s_x/2` and `|ŵ − w| ≤ 2⁻⁹|w| + s_w/2`
+//! (the bf16 rounding of the stored weight, then the int8 step), so
+//! `|x̂ŵ − xw| ≤ (s_x/2)·(|w|(1 + 2⁻⁹) + s_w/2) + |x|·(2⁻⁹|w| + s_w/2)`, plus a few f32 roundings
+//! of the scales, the per-tap f32 sums and the epilogue (`(K + 16)·2⁻²⁴` of the magnitudes) — and `1e-6` relative
+//! of the step for the product `x·(127/max)` being rounded before it is rounded to an integer.
+//!
+//! Wrong variants (the +128 offset not taken out, taps read one step off, padding taps reading
+//! the edge row instead of zero) run through the same checks and must fail them.
+
+use super::{conv1d_dense, reference, scales, supports, Avx512Vnni, PackedFilters, MAX_TERMS};
+use crate::cpu::bf16::conv::tests::{conv_f64, data, shapes};
+use crate::cpu::bf16::gemm::{from_bf16, to_bf16};
+use crate::cpu::bf16::CpuBf16Backend;
+use crate::spec::{Conv1dSpec, PadMode};
+use crate::{Backend, CpuBackend};
+
+fn kernel_available(test: &str) -> Option<Avx512Vnni> {
+    match Avx512Vnni::detect() {
+        Ok(cpu) => {
+            println!("{test}: AVX-512 VNNI kernel ran");
+            Some(cpu)
+        }
+        Err(missing) => {
+            println!("{test}: AVX-512 VNNI kernel not run (this CPU lacks {missing}); reference only");
+            None
+        }
+    }
+}
+
+fn bf16_bits(w: &[f32]) -> Vec<u16> {
+    w.iter().map(|&v| to_bf16(v)).collect()
+}
+
+/// The kernel on a private pool of `threads` (so the row blocking varies).
+fn run_kernel(cpu: Avx512Vnni, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, threads: usize) -> Vec<f32> {
+    let wb = bf16_bits(w);
+    let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
+    pool.install(|| conv1d_dense(cpu, spec, x, &PackedFilters::pack(spec, &wb), bias, &mut y));
+    y
+}
+
+fn run_reference(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
+    reference(spec, x, &bf16_bits(w), bias, &mut y);
+    y
+}
+
+/// Filters whose output channels differ in range (×1/4 … ×2), so that a per-channel weight
+/// scale is exercised rather than one that happens to equal the tensor's.
+fn spread_filters(spec: &Conv1dSpec, w: &mut [f32]) {
+    let per = spec.c_in * spec.kernel;
+    for (co, filter) in w.chunks_mut(per.max(1)).enumerate() {
+        let gain = [0.25f32, 2.0, 0.5, 1.0][co % 4];
+        filter.iter_mut().for_each(|v| *v *= gain);
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Wrong {
+    /// The sums keep the +128 of every unsigned activation byte.
+    NoOffsetCorrection,
+    /// Each tap reads one input row further on.
+    TapOffByOne,
+    /// Taps on zero padding read the nearest edge row.
+    PaddingReplicated,
+}
+
+/// The exact reference with one mistake put in, for the checks to catch.
+fn wrong_reference(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, wrong: Wrong) -> Vec<f32> {
+    match wrong {
+        Wrong::NoOffsetCorrection => {
+            // Each tap that reads an input row keeps 128·Σ_c q_w[co, c, k] of that row's step.
+            let mut y = run_reference(spec, x, w, bias);
+            let Conv1dSpec { n, c_in, c_out, kernel, .. } = *spec;
+            let per = c_in * kernel;
+            let n_out = spec.n_out();
+            for co in 0..c_out {
+                let filter: Vec<f32> = w[co * per..(co + 1) * per].iter().map(|&v| from_bf16(to_bf16(v))).collect();
+                let (inv, w_step) = scales(filter.iter().fold(0.0f32, |m, &v| m.max(v.abs())));
+                let tap_sum = |k: usize| (0..c_in).map(|c| super::quantize(filter[c * kernel + k], inv)).sum::<i32>();
+                for b in 0..spec.batch {
+                    let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+                    for t in 0..n_out {
+                        let mut extra = 0.0f32;
+                        for k in 0..kernel {
+                            let Some(s) = spec.pad_mode.source(t * spec.stride + k * spec.dilation, spec.pad, n) else { continue };
+                            let row = &xb[s * c_in..(s + 1) * c_in];
+                            let (_, x_step) = scales(row.iter().fold(0.0f32, |m, &v| m.max(v.abs())));
+                            extra += (128 * tap_sum(k)) as f32 * x_step;
+                        }
+                        y[(b * n_out + t) * c_out + co] += extra * w_step;
+                    }
+                }
+            }
+            y
+        }
+        Wrong::TapOffByOne => {
+            // Shifting the input one row earlier makes every tap read one row further on.
+            let mut shifted = x.to_vec();
+            for b in 0..spec.batch {
+                let item = &mut shifted[b * spec.n * spec.c_in..(b + 1) * spec.n * spec.c_in];
+                item.copy_within(spec.c_in.., 0);
+            }
+            run_reference(spec, &shifted, w, bias)
+        }
+        Wrong::PaddingReplicated => run_reference(&spec.pad_mode(PadMode::Replicate), x, w, bias),
+    }
+}
+
+/// Per output, the quantisation bound of the module docs.
+fn bound(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, stride, dilation, pad, .. } = *spec;
+    let per = c_in * kernel;
+    let n_out = spec.n_out();
+    let eps_w = 2f64.powi(-9);
+    let w_step: Vec<f64> = (0..c_out)
+        .map(|co| {
+            let m = w[co * per..(co + 1) * per].iter().fold(0.0f32, |m, &v| m.max(from_bf16(to_bf16(v)).abs()));
+            m as f64 / 127.0
+        })
+        .collect();
+    let mut out = vec![0.0f64; batch * n_out * c_out];
+    for b in 0..batch {
+        let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+        let x_step: Vec<f64> = xb.chunks(c_in.max(1)).map(|row| row.iter().fold(0.0f32, |m, &v| m.max(v.abs())) as f64 / 127.0).collect();
+        for t in 0..n_out {
+            for co in 0..c_out {
+                let sw = w_step[co];
+                let (mut err, mut mag) = (0.0f64, bias[co].abs() as f64);
+                for k in 0..kernel {
+                    let Some(s) = spec.pad_mode.source(t * stride + k * dilation, pad, n) else { continue };
+                    for ci in 0..c_in {
+                        let (xv, wv) = (xb[s * c_in + ci].abs() as f64, w[(co * c_in + ci) * kernel + k].abs() as f64);
+                        let (dx, dw) = (x_step[s] / 2.0 + 1e-6 * x_step[s], eps_w * wv + sw / 2.0 + 1e-6 * sw);
+                        err += dx * (wv + dw) + xv * dw;
+                        mag += xv * wv;
+                    }
+                }
+                out[(b * n_out + t) * c_out + co] = err + (kernel + 16) as f64 * 2f64.powi(-24) * (mag + err) + 1e-30;
+            }
+        }
+    }
+    out
+}
+
+fn violations(got: &[f32], want: &[f64], bound: &[f64]) -> usize {
+    got.iter().zip(want).zip(bound).filter(|((&g, &w), &b)| (g as f64 - w).abs() > b).count()
+}
+
+#[test]
+fn kernel_matches_the_exact_reference_bit_for_bit_on_any_thread_count() {
+    let Some(cpu) = kernel_available("int8 conv1d vs exact reference") else { return };
+    for (i, spec) in shapes().into_iter().enumerate() {
+        let (x, mut w, bias) = data(&spec, 0x1a8 + i as u64);
+        spread_filters(&spec, &mut w);
+        for bias in [Some(&bias[..]), None] {
+            let want = run_reference(&spec, &x, &w, bias);
+            for threads in [1, 3] {
+                let got = run_kernel(cpu, &spec, &x, &w, bias, threads);
+                let off = got.iter().zip(&want).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
+                assert_eq!(off, 0, "{spec:?} threads {threads} bias {}: {off} outputs differ from the reference", bias.is_some());
+            }
+        }
+    }
+}
+
+#[test]
+fn int8_conv_is_within_the_quantisation_bound_of_the_f64_conv_and_wrong_variants_are_not() {
+    let cpu = kernel_available("int8 conv1d vs f64");
+    for (i, spec) in shapes().into_iter().enumerate() {
+        let (x, mut w, bias) = data(&spec, 0x8f64 + i as u64);
+        spread_filters(&spec, &mut w);
+        let want = conv_f64(&spec, &x, &w, Some(&bias));
+        let limit = bound(&spec, &x, &w, &bias);
+        let got = match cpu {
+            Some(cpu) => run_kernel(cpu, &spec, &x, &w, Some(&bias), 2),
+            None => run_reference(&spec, &x, &w, Some(&bias)),
+        };
+        let bad = violations(&got, &want, &limit);
+        assert_eq!(bad, 0, "{spec:?}: {bad} outputs outside the int8 bound of the f64 conv");
+        let mut wrongs = vec![Wrong::NoOffsetCorrection, Wrong::TapOffByOne];
+        if spec.pad > 0 && spec.pad_mode == PadMode::Zeros {
+            wrongs.push(Wrong::PaddingReplicated);
+        }
+        for wrong in wrongs {
+            let y = wrong_reference(&spec, &x, &w, Some(&bias), wrong);
+            assert!(violations(&y, &want, &limit) > 0, "{spec:?}: the {wrong:?} variant passed the f64 check");
+        }
+    }
+}
+
+#[test]
+fn sums_that_could_overflow_i32_are_not_taken() {
+    let fits = Conv1dSpec::new(1, 10, MAX_TERMS / 8, 4, 8);
+    assert!(supports(&fits));
+    let too_long = Conv1dSpec::new(1, 10, MAX_TERMS / 8 + 4, 4, 8);
+    assert!(!supports(&too_long));
+    assert!(!supports(&Conv1dSpec::new(1, 10, 8, 8, 3).groups(2)), "grouped convolutions are not dense");
+    assert!(!supports(&Conv1dSpec::new(1, 10, 0, 8, 3)), "no input channels: nothing to quantise");
+}
+
+#[test]
+fn backend_in_int8_mode_runs_dense_bf16_filters_on_the_int8_kernel_and_the_rest_as_before() {
+    let Some(cpu) = kernel_available("int8 backend conv1d") else { return };
+    let int8 = CpuBf16Backend::with_int8_convs(2).expect("int8 backend");
+    let bf16 = CpuBf16Backend::with_threads(2).expect("bf16 backend");
+    let f32k = CpuBackend::with_threads(2).expect("f32 backend");
+    // Dense with filters uploaded for int8: exactly the int8 kernel.
+    let spec = Conv1dSpec::new(1, 64, 12, 20, 7).dilation(3).pad(9);
+    let (x, w, bias) = data(&spec, 11);
+    let (xb, wb, bb) = (int8.upload(&x).unwrap(), int8.upload_weight_int8(&w).unwrap(), int8.upload(&bias).unwrap());
+    let mut yb = int8.alloc(spec.n_out() * spec.c_out).unwrap();
+    int8.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb).unwrap();
+    assert_eq!(int8.download(&yb).unwrap(), run_kernel(cpu, &spec, &x, &w, Some(&bias), 2));
+    // Filters uploaded as plain weights stay on the bf16 kernel in the int8 mode, and filters
+    // uploaded for int8 on the bf16 backend (no int8 mode) are plain bf16 weights there.
+    let mut y_plain = int8.alloc(spec.n_out() * spec.c_out).unwrap();
+    int8.conv1d(&spec, &xb, &int8.upload_weight(&w).unwrap(), Some(&bb), &mut y_plain).unwrap();
+    let mut y_bf16 = bf16.alloc(spec.n_out() * spec.c_out).unwrap();
+    let (x16, b16) = (bf16.upload(&x).unwrap(), bf16.upload(&bias).unwrap());
+    bf16.conv1d(&spec, &x16, &bf16.upload_weight_int8(&w).unwrap(), Some(&b16), &mut y_bf16).unwrap();
+    let mut y_ref16 = bf16.alloc(spec.n_out() * spec.c_out).unwrap();
+    bf16.conv1d(&spec, &x16, &bf16.upload_weight(&w).unwrap(), Some(&b16), &mut y_ref16).unwrap();
+    assert_eq!(int8.download(&y_plain).unwrap(), bf16.download(&y_ref16).unwrap());
+    assert_eq!(bf16.download(&y_bf16).unwrap(), bf16.download(&y_ref16).unwrap());
+    // The int8 result is not the bf16 one (the mode is really on) but close to it.
+    let mut y16 = bf16.alloc(spec.n_out() * spec.c_out).unwrap();
+    let w16 = bf16.upload_weight(&w).unwrap();
+    bf16.conv1d(&spec, &bf16.upload(&x).unwrap(), &w16, Some(&bf16.upload(&bias).unwrap()), &mut y16).unwrap();
+    let (a, b) = (int8.download(&yb).unwrap(), bf16.download(&y16).unwrap());
+    let diff = a.iter().zip(&b).map(|(p, q)| ((p - q) as f64).powi(2)).sum::<f64>().sqrt();
+    let norm = b.iter().map(|q| (*q as f64).powi(2)).sum::<f64>().sqrt();
+    assert!(diff > 0.0 && diff / norm < 2e-2, "int8 vs bf16 rel-L2 {}", diff / norm);
+    // The bank kept with the weight follows a write to it (a stale bank would give the old
+    // filters' result), and a second call with the bank kept gives the same bits.
+    let mut wb = wb;
+    let w2: Vec<f32> = w.iter().map(|v| -0.5 * v).collect();
+    int8.write(&mut wb, 0, &w2).unwrap();
+    for _ in 0..2 {
+        int8.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb).unwrap();
+        assert_eq!(int8.download(&yb).unwrap(), run_kernel(cpu, &spec, &x, &w2, Some(&bias), 2));
+    }
+    int8.fill(&mut wb, 0, w.len(), 0.0).unwrap();
+    int8.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb).unwrap();
+    let rows = int8.download(&yb).unwrap();
+    assert!(rows.chunks(spec.c_out).all(|r| r == &bias[..]), "zeroed filters must leave the bias");
+    // f32 filters stay f32, whatever the mode.
+    let wf = int8.upload(&w).unwrap();
+    int8.conv1d(&spec, &xb, &wf, Some(&bb), &mut yb).unwrap();
+    let mut yf = vec![0.0; spec.n_out() * spec.c_out];
+    f32k.conv1d(&spec, &x, &w, Some(&bias), &mut yf).unwrap();
+    assert_eq!(int8.download(&yb).unwrap(), yf);
+    // Grouped bf16 filters: the f32 conv of the rounded filters, as on the bf16 backend.
+    let spec = Conv1dSpec::new(1, 30, 8, 8, 3).groups(4).pad(1);
+    let (x, w, bias) = data(&spec, 12);
+    let rounded: Vec<f32> = w.iter().map(|&v| from_bf16(to_bf16(v))).collect();
+    let (xb, wb, bb) = (int8.upload(&x).unwrap(), int8.upload_weight_int8(&w).unwrap(), int8.upload(&bias).unwrap());
+    let mut yb = int8.alloc(spec.n_out() * spec.c_out).unwrap();
+    int8.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb).unwrap();
+    let mut yf = vec![0.0; spec.n_out() * spec.c_out];
+    f32k.conv1d(&spec, &x, &rounded, Some(&bias), &mut yf).unwrap();
+    assert_eq!(int8.download(&yb).unwrap(), yf);
+}
