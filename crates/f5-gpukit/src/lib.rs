@@ -230,6 +230,15 @@ pub trait Backend: Send + Sync {
     fn upload_weight_int8(&self, data: &[f32]) -> Result<Self::Buf> {
         self.upload_weight(data)
     }
+    /// Uploads model weights whose products must stay f32 (layers measured to need more than
+    /// bf16's 8 bits) but whose storage may be compact: a backend may keep them as IEEE f16 (11
+    /// significant bits, the rounding of `torch.Tensor.half()`) and widen them to f32 for each op
+    /// that reads them (the CPU bf16 backend does, for `gemm`, `conv1d`, `conv_transpose1d` and
+    /// `lstm`'s recurrent weights), halving their memory at the cost of that rounding. Defaults to
+    /// [`Backend::upload`]: exact f32.
+    fn upload_weight_compact(&self, data: &[f32]) -> Result<Self::Buf> {
+        self.upload(data)
+    }
     /// A host copy of the whole buffer (device → host).
     fn download(&self, buf: &Self::Buf) -> Result<Vec<f32>>;
     /// Values the buffer holds.

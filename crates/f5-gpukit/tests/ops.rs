@@ -142,6 +142,15 @@ pub fn gemm<B: Backend>(kit: &B) {
         // the worst case; 2e-6·k allows any summation order while a wrong element is off by O(1).
         let tol = 2e-6 * spec.k as f64 + 1e-6;
         assert_close(&got, &want, |_| tol, &format!("gemm {spec:?} bias={with_bias}"));
+        // B as a weight stored compactly (`upload_weight_compact`: f16 on the bf16 CPU backend,
+        // f32 elsewhere): products are f32 products of the stored values, so the reference on
+        // the values read back from it is held to the same bound.
+        let bc = kit.upload_weight_compact(&b).unwrap();
+        let stored = kit.download(&bc).unwrap();
+        let want = ref_gemm(&spec, &a, &stored, with_bias.then_some(&bias[..]), &c0);
+        let mut cb = guarded(kit, &c0);
+        kit.gemm(&spec, &ab, &bc, with_bias.then_some(&biasb), &mut cb).unwrap();
+        assert_close(&take(kit, &cb, c_len, "gemm"), &want, |_| tol, &format!("gemm {spec:?} bias={with_bias} B compact"));
     }
 }
 
@@ -722,19 +731,23 @@ fn check_filters_as_buffer_and_weight<B: Backend>(
 ) {
     let (x, w, bias) = (rng.vec(lens[0]), rng.vec(lens[1]), rng.vec(lens[2]));
     let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&bias).unwrap());
-    for upload in ["buffer", "weight", "int8 weight"] {
+    for upload in ["buffer", "weight", "int8 weight", "compact weight"] {
         let wb = match upload {
             "buffer" => kit.upload(&w).unwrap(),
             "weight" => kit.upload_weight(&w).unwrap(),
-            _ => kit.upload_weight_int8(&w).unwrap(),
+            "int8 weight" => kit.upload_weight_int8(&w).unwrap(),
+            _ => kit.upload_weight_compact(&w).unwrap(),
         };
+        // A compact weight computes in f32 on the values it stores (f16 on the bf16 CPU
+        // backend): the reference takes those values, read back, and the f32 bound.
+        let w_ref = if upload == "compact weight" { kit.download(&wb).unwrap() } else { w.clone() };
         for with_bias in [true, false] {
-            let want = reference(&x, &w, with_bias.then_some(&bias[..]));
+            let want = reference(&x, &w_ref, with_bias.then_some(&bias[..]));
             let mut y = guarded(kit, &vec![0.0; want.len()]);
             run(&xb, &wb, with_bias.then_some(&bb), &mut y);
             let got = take(kit, &y, want.len(), what);
             let rounding = match upload {
-                "buffer" => 0.0,
+                "buffer" | "compact weight" => 0.0,
                 "weight" => 2f64.powi(-7) * terms,
                 _ => 1e-2 * terms,
             };
@@ -796,6 +809,23 @@ pub fn lstm<B: Backend>(kit: &B) {
     }
     // Recurrences of ≤ 9 steps of sums of 19 products; sigmoid/tanh are libm in f32.
     assert_close(&got, &want, |_| 2e-5, "bilstm over a padded batch (positions past each length are 0)");
+
+    // The recurrent weights stored compactly (`upload_weight_compact`): the same recurrence on
+    // the values they hold (f16 on the bf16 CPU backend), to the same bound.
+    let whc: Vec<B::Buf> = whh.iter().map(|v| kit.upload_weight_compact(v).unwrap()).collect();
+    let stored: Vec<Vec<f32>> = whc.iter().map(|b| kit.download(b).unwrap()).collect();
+    let got_c = run_bilstm(kit, batch, n, h, &lengths, [&gxb[0], &gxb[1]], [&whc[0], &whc[1]]);
+    let mut want_c = vec![0.0f64; batch * n * 2 * h];
+    for b in 0..batch {
+        let len = lengths[b];
+        for (d, order) in [(0..len).collect::<Vec<_>>(), (0..len).rev().collect()].into_iter().enumerate() {
+            let item = &gx[d][b * n * 4 * h..(b + 1) * n * 4 * h];
+            for (t, hs) in ref_lstm_dir(item, &stored[d], h, &order, &zeros, &zeros) {
+                want_c[(b * n + t) * 2 * h + d * h..(b * n + t) * 2 * h + (d + 1) * h].copy_from_slice(&hs);
+            }
+        }
+    }
+    assert_close(&got_c, &want_c, |_| 2e-5, "bilstm with compact recurrent weights");
 
     // The seed's fix 2: a reverse direction that runs over the padded buffer (starting on the
     // padding) instead of each item's own last position is wrong for every shorter item — the

@@ -72,7 +72,8 @@ impl<B: Backend> AdaLayerNorm<B> {
 /// How a block loads its dense conv filters.
 #[derive(Clone, Copy)]
 enum ConvFilters {
-    /// `upload`: f32 on every backend.
+    /// `Conv1d::load`: computed in f32 on every backend (stored as the weights' storage mode
+    /// says: f16 on the bf16 CPU backend for the first half).
     Plain,
     /// `upload_weight`: a backend may keep them in reduced precision.
     GemmWeights,
@@ -94,7 +95,7 @@ pub(crate) struct AdainResBlk<B: Backend> {
 
 impl<B: Backend> AdainResBlk<B> {
     /// The widths come from the checkpoint (`conv1.weight` `[out, in, 3]`), the upsampling from
-    /// the presence of `pool`. Every filter is a plain f32 buffer: the prosody predictor's F0/N
+    /// the presence of `pool`. Every filter computes in f32: the prosody predictor's F0/N
     /// blocks, short sequences whose output is the F0 and energy curves.
     pub(crate) fn load(w: &mut Scope<'_>, kit: &B, name: &str, style_dim: usize) -> Result<Self> {
         Self::load_as(w, kit, name, style_dim, ConvFilters::Plain)

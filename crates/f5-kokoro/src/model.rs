@@ -5,7 +5,7 @@ use std::path::Path;
 
 use f5_gpukit::Backend;
 use f5_nn::torch_rand::TorchGenerator;
-use f5_nn::{Linear, Weights};
+use f5_nn::{Linear, WeightStorage, Weights};
 
 use crate::albert::Albert;
 use crate::blocks::buffer;
@@ -58,17 +58,22 @@ impl<B: Backend> Kokoro<B> {
     /// safetensors).
     pub fn from_weights(w: &mut Weights, config: KokoroConfig, kit: B) -> Result<Self, KokoroError> {
         let c = &config;
-        // The first half (ALBERT, durations, F0/N, text encoder) keeps its GEMM weights in f32
-        // on a bf16 backend: in bf16 its F0 and N move by 3–10 % (rel-L2) and F0 steers the sine
-        // source's phase over the whole utterance; in f32 they move ~2e-3. It is ~10 % of the
-        // forward. The decoder's convolutions carry the bf16 speed-up.
-        w.set_gemm_weights_f32(true);
+        // The first half (ALBERT, durations, F0/N, text encoder) computes in f32 on a bf16
+        // backend: in bf16 its F0 and N move by 3–10 % (rel-L2) and F0 steers the sine source's
+        // phase over the whole utterance. It is ~10 % of the forward; the decoder's convolutions
+        // carry the bf16 speed-up. Past ALBERT its weights (22 M) are stored as f16 where the
+        // backend can (the bf16 CPU backend: 45 MB less): on the int8-derived weights F0's and
+        // N's rel-L2 against f32 stay at bf16's own 9.2e-4 / 3.5e-4 and no duration moves (the
+        // short input, `kokoro_cpu_time`). ALBERT's own (6 M, each used by all 12 layers) stay f32:
+        // stored as f16 they double F0's and N's error (1.9e-3 / 6.7e-4).
+        w.set_storage(WeightStorage::F32);
         let albert = Albert::load(&mut w.scope("bert"), &kit, c.n_token, &c.plbert)?;
+        w.set_storage(WeightStorage::F32Compact);
         let bert_encoder = Linear::load(&mut w.root(), &kit, "bert_encoder", c.hidden_dim, c.plbert.hidden_size)?;
         let predictor = Prosody::load(&mut w.scope("predictor"), &kit, c.hidden_dim, c.style_dim, c.n_layer, c.max_dur)?;
         let text_encoder =
             TextEncoder::load(&mut w.scope("text_encoder"), &kit, c.n_token, c.hidden_dim, c.text_encoder_kernel_size, c.n_layer)?;
-        w.set_gemm_weights_f32(false);
+        w.set_storage(WeightStorage::Fast);
         let decoder = Decoder::load(&mut w.scope("decoder"), &kit, c.hidden_dim, c.style_dim, &c.istftnet)?;
         Ok(Kokoro { vocab: config.char_vocab(), kit, albert, bert_encoder, predictor, text_encoder, decoder, config })
     }

@@ -1,9 +1,9 @@
 //! Kokoro on `CpuBf16Backend` (the decoder's dense convs, its upsamplers and Linears in bf16,
-//! the first half's GEMM weights f32, attention bf16) against the same model on the f32 `CpuBackend`, on the small fixture checkpoint.
+//! the first half computing in f32 with its weights past ALBERT stored as f16, attention bf16) against the same model on the f32 `CpuBackend`, on the small fixture checkpoint.
 //!
 //! Both halves are checked on their own, so that a changed duration (a discrete choice) cannot
 //! turn a small numeric difference into a different audio length:
-//! - the first half (ALBERT, text encoder, prosody: f32 weights, bf16 attention): F0 and N against
+//! - the first half (ALBERT, text encoder, prosody: f32 products, bf16 attention): F0 and N against
 //!   the f32 run's, when the durations agree;
 //! - the second half fed the same F0, N and aligned features (the fixture's reference values)
 //!   and the same source spectrum: the audio against the f32 run's.
@@ -30,13 +30,16 @@ use f5_kokoro::{Kokoro, SourceSpectrum, Trace};
 /// 3.6× above it.
 const AUDIO_REL_L2: f64 = 1e-2;
 
-/// F0 and N rel-L2 from the first half, whose GEMM weights stay f32 on the bf16 backend (only
-/// ALBERT's attention computes in bf16). Measured on the small model: F0 9.6e-5 / 2.6e-4, N
-/// 2.0e-4 / 8.2e-4 (tiny / 510 phonemes). With the first half's Linears in bf16, as the model
-/// first loaded them, the same runs gave F0 3.9e-3 / 8.7e-3 and N 1.6e-2 / 3.6e-2 (and 3–10 %
-/// on the int8-derived weights): every one of those fails this bound, which leaves ~2.4×
-/// headroom over the f32 figures for other thread counts.
-const PROSODY_REL_L2: f64 = 2e-3;
+/// F0 and N rel-L2 from the first half, which computes in f32 on the bf16 backend (only
+/// ALBERT's attention computes in bf16; past ALBERT the weights are stored as f16). Measured on
+/// the small random-weight model: F0 2.5e-4 / 6.6e-4, N 8.4e-4 / 2.5e-3 (tiny / 510 phonemes);
+/// with f32 storage it was F0 9.6e-5 / 2.6e-4, N 2.0e-4 / 8.2e-4 (on the int8-derived full
+/// weights the f16 storage moves neither, `kokoro_cpu_time`: random weights are the harsher
+/// case). With the first half's Linears in bf16, as the model first loaded them, the same runs
+/// gave F0 3.9e-3 / 8.7e-3 and N 1.6e-2 / 3.6e-2 (and 3–10 % on the int8-derived weights):
+/// every one of those fails this bound on N by 4× or more, which leaves 1.6× headroom over
+/// the measured figures for other thread counts.
+const PROSODY_REL_L2: f64 = 4e-3;
 
 fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len(), "lengths differ");

@@ -88,23 +88,26 @@ pub struct Conv1d<B: Backend> {
 impl<B: Backend> Conv1d<B> {
     /// `name.weight` `[c_out, c_in/groups, kernel]` (or `weight_g`/`weight_v`) and, with
     /// `bias`, `name.bias`. `spec` gives everything but the batch and length.
+    /// The filters compute in f32 ([`Scope::upload_f32_weight`]: f16-stored under
+    /// `WeightStorage::F32Compact`).
     pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
-        Self::load_through(w, kit, name, spec, bias, B::upload)
+        Self::load_through(w, kit, name, spec, bias, |s, kit, data| s.upload_f32_weight(kit, data))
     }
 
     /// As [`Conv1d::load`], but the filters go through [`Backend::upload_weight`], as a
     /// [`Linear`]'s do: a backend may then keep them in reduced precision (bf16 on
     /// `CpuBf16Backend`, whose dense convolutions run on its bf16 GEMM kernel). For the big dense
     /// convolutions whose cost that cuts; small or precision-critical ones stay on `load`.
+    /// Under `WeightStorage::F32`/`F32Compact` they go up as [`Conv1d::load`]'s do.
     pub fn load_weight(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
-        Self::load_through(w, kit, name, spec, bias, B::upload_weight)
+        Self::load_through(w, kit, name, spec, bias, |s, kit, data| s.upload_gemm_weight(kit, data))
     }
 
     /// As [`Conv1d::load_weight`], through [`Backend::upload_weight_int8`]: a backend with an int8
     /// mode (`CpuBf16Backend::with_int8_convs`) computes this convolution in int8 with per-row
     /// activation scales. Only for convolutions whose inputs were measured to tolerate that.
     pub fn load_weight_int8(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
-        Self::load_through(w, kit, name, spec, bias, B::upload_weight_int8)
+        Self::load_through(w, kit, name, spec, bias, |s, kit, data| s.upload_gemm_weight_int8(kit, data))
     }
 
     /// The filters `[c_out, c_in/groups, kernel]` uploaded by `upload`, and the bias.
@@ -114,13 +117,13 @@ impl<B: Backend> Conv1d<B> {
         name: &str,
         spec: Conv1dSpec,
         bias: bool,
-        upload: fn(&B, &[f32]) -> f5_gpukit::Result<B::Buf>,
+        upload: fn(&Scope<'_>, &B, &[f32]) -> Result<B::Buf>,
     ) -> Result<Self> {
         let mut s = w.scope(name);
         let groups = spec.groups.max(1);
         let weight = s.host_normed("weight", &[spec.c_out, spec.c_in / groups, spec.kernel])?;
         let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
-        Ok(Conv1d { weight: upload(kit, &weight)?, bias, spec })
+        Ok(Conv1d { weight: upload(&s, kit, &weight)?, bias, spec })
     }
 
     /// Output rows for an input of `n` rows.
@@ -155,7 +158,7 @@ impl<B: Backend> ConvTranspose1d<B> {
         let groups = spec.groups.max(1);
         let weight = s.host_normed("weight", &[spec.c_in, spec.c_out / groups, spec.kernel])?;
         let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
-        Ok(ConvTranspose1d { weight: kit.upload(&weight)?, bias, spec })
+        Ok(ConvTranspose1d { weight: s.upload_f32_weight(kit, &weight)?, bias, spec })
     }
 
     /// As [`ConvTranspose1d::load`], but the filters go through [`Backend::upload_weight`], as
@@ -168,7 +171,7 @@ impl<B: Backend> ConvTranspose1d<B> {
         let groups = spec.groups.max(1);
         let weight = s.host_normed("weight", &[spec.c_in, spec.c_out / groups, spec.kernel])?;
         let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
-        Ok(ConvTranspose1d { weight: kit.upload_weight(&weight)?, bias, spec })
+        Ok(ConvTranspose1d { weight: s.upload_gemm_weight(kit, &weight)?, bias, spec })
     }
 
     /// Output length for an input of `n` steps.
@@ -204,7 +207,8 @@ impl<B: Backend> Lstm<B> {
         let sfx = if reverse { "_reverse" } else { "" };
         let g4 = 4 * hidden;
         let w_ih = w.gemm_weight(kit, &format!("weight_ih_l0{sfx}"), &[g4, input])?;
-        let w_hh = w.tensor(kit, &format!("weight_hh_l0{sfx}"), &[g4, hidden])?;
+        let w_hh = w.host(&format!("weight_hh_l0{sfx}"), &[g4, hidden])?;
+        let w_hh = w.upload_f32_weight(kit, &w_hh)?;
         let mut bias = w.host(&format!("bias_ih_l0{sfx}"), &[g4])?;
         let b_hh = w.host(&format!("bias_hh_l0{sfx}"), &[g4])?;
         bias.iter_mut().zip(&b_hh).for_each(|(a, b)| *a += b);

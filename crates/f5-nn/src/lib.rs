@@ -12,7 +12,7 @@ pub mod torch_rand;
 mod weights;
 
 pub use layers::{BiLstm, Conv1d, ConvNeXtBlock, ConvNeXtScratch, ConvTranspose1d, LayerNorm, Linear, Lstm};
-pub use weights::{canonical, Scope, Weights};
+pub use weights::{canonical, Scope, WeightStorage, Weights};
 
 /// What loading weights or running a layer can fail with.
 #[derive(Debug, thiserror::Error)]

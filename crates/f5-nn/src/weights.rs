@@ -21,9 +21,28 @@ pub struct Weights {
     /// Canonical name → name in the file.
     names: HashMap<String, String>,
     label: String,
-    /// GEMM weights loaded while this is set go up as plain f32 (see
-    /// [`Weights::set_gemm_weights_f32`]).
-    gemm_weights_f32: bool,
+    /// How the weights loaded now go up (see [`Weights::set_storage`]).
+    storage: WeightStorage,
+}
+
+/// How [`Weights`] uploads the weights that layers multiply by (GEMM weights, convolution
+/// filters, LSTM recurrences), per group of layers: set with [`Weights::set_storage`] before
+/// loading them. Biases and norms always go up as plain f32.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightStorage {
+    /// GEMM weights ([`Scope::gemm_weight`], `Linear`, `Conv1d::load_weight`) through
+    /// [`Backend::upload_weight`], so a backend may compute them in lower precision (bf16 on the
+    /// bf16 CPU backend); the rest (`Conv1d::load`, LSTM recurrences) as plain f32.
+    #[default]
+    Fast,
+    /// Every such weight as plain f32 ([`Backend::upload`]): for the layers whose outputs a
+    /// model needs more exactly than bf16's 2⁻⁸ gives.
+    F32,
+    /// Computed in f32 like [`WeightStorage::F32`], stored compactly where the backend can:
+    /// through [`Backend::upload_weight_compact`] (f16 storage on the bf16 CPU backend, half the
+    /// memory; plain f32 elsewhere). For such layers when their outputs were measured to
+    /// tolerate f16 rounding of the weights.
+    F32Compact,
 }
 
 /// The canonical form of a tensor name (see [`Weights`]).
@@ -57,16 +76,14 @@ impl Weights {
                 return Err(NnError::Ambiguous { path: label, first, second: name.to_string(), canonical: canon });
             }
         }
-        Ok(Weights { ckpt, names, label, gemm_weights_f32: false })
+        Ok(Weights { ckpt, names, label, storage: WeightStorage::Fast })
     }
 
-    /// While on, GEMM weights ([`Scope::gemm_weight`], [`Scope::upload_gemm_weight`]) are
-    /// uploaded as plain f32 instead of through [`Backend::upload_weight`], so a backend with
-    /// lower-precision GEMM weights (bf16) keeps these layers in f32. For the layers whose
-    /// outputs a model needs more exactly than bf16's 2⁻⁸ gives, e.g. Kokoro's prosody (its F0
-    /// drives a sine phase over the whole utterance).
-    pub fn set_gemm_weights_f32(&mut self, on: bool) {
-        self.gemm_weights_f32 = on;
+    /// How the weights loaded from now on go up (until set again); see [`WeightStorage`].
+    /// E.g. Kokoro's prosody loads as [`WeightStorage::F32Compact`]: its F0 drives a sine phase
+    /// over the whole utterance and moves 3–10 % with bf16 weights, ~1e-4 with f16-stored ones.
+    pub fn set_storage(&mut self, storage: WeightStorage) {
+        self.storage = storage;
     }
 
     /// The file the weights are read from (for metadata a model reads besides tensors).
@@ -230,8 +247,8 @@ impl Scope<'_> {
     }
 
     /// As [`Scope::gemm_weight`], through [`Backend::upload_weight_int8`]: a backend with an int8
-    /// mode may compute the GEMMs with it in int8 (or plain f32 while
-    /// [`Weights::set_gemm_weights_f32`] is on).
+    /// mode may compute the GEMMs with it in int8 (under [`WeightStorage::Fast`], the default;
+    /// otherwise as [`Scope::upload_f32_weight`] uploads).
     pub fn gemm_weight_int8<B: Backend>(&mut self, kit: &B, name: &str, shape: &[usize]) -> Result<B::Buf> {
         let data = self.host_normed(name, shape)?;
         self.upload_gemm_weight_int8(kit, &data)
@@ -239,21 +256,29 @@ impl Scope<'_> {
 
     /// [`Scope::upload_gemm_weight`] through [`Backend::upload_weight_int8`].
     pub fn upload_gemm_weight_int8<B: Backend>(&self, kit: &B, data: &[f32]) -> Result<B::Buf> {
-        if self.w.gemm_weights_f32 {
-            Ok(kit.upload(data)?)
-        } else {
-            Ok(kit.upload_weight_int8(data)?)
+        match self.w.storage {
+            WeightStorage::Fast => Ok(kit.upload_weight_int8(data)?),
+            _ => self.upload_f32_weight(kit, data),
         }
     }
 
     /// Host data that feeds GEMMs (e.g. several tensors fused into one), uploaded as
-    /// [`Scope::gemm_weight`] uploads: through [`Backend::upload_weight`], or as plain f32 while
-    /// [`Weights::set_gemm_weights_f32`] is on.
+    /// [`Scope::gemm_weight`] uploads: through [`Backend::upload_weight`] under
+    /// [`WeightStorage::Fast`], else as [`Scope::upload_f32_weight`] does.
     pub fn upload_gemm_weight<B: Backend>(&self, kit: &B, data: &[f32]) -> Result<B::Buf> {
-        if self.w.gemm_weights_f32 {
-            Ok(kit.upload(data)?)
-        } else {
-            Ok(kit.upload_weight(data)?)
+        match self.w.storage {
+            WeightStorage::Fast => Ok(kit.upload_weight(data)?),
+            _ => self.upload_f32_weight(kit, data),
+        }
+    }
+
+    /// A weight that computes in f32 (a convolution loaded with `Conv1d::load`, an LSTM's
+    /// recurrence): [`Backend::upload_weight_compact`] under [`WeightStorage::F32Compact`], else
+    /// [`Backend::upload`].
+    pub fn upload_f32_weight<B: Backend>(&self, kit: &B, data: &[f32]) -> Result<B::Buf> {
+        match self.w.storage {
+            WeightStorage::F32Compact => Ok(kit.upload_weight_compact(data)?),
+            _ => Ok(kit.upload(data)?),
         }
     }
 }

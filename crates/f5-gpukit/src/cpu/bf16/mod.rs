@@ -19,6 +19,12 @@
 //! There is no slow path: [`CpuBf16Backend::with_threads`] refuses a CPU without AVX-512 BF16,
 //! naming the missing extension.
 //!
+//! A weight uploaded with [`Backend::upload_weight_compact`] (layers that must compute in f32)
+//! is stored as IEEE f16, half the memory of f32, and widened exactly to f32 for each `gemm`,
+//! `conv1d`, `conv_transpose1d` or `lstm` that reads it (into a buffer freed after the op, which
+//! the allocator hands to the next one: no scratch is held for it), so those ops compute exactly
+//! what the f32 backend computes on the f16-rounded values. A weight with a value beyond f16's range (65504) is kept in f32 instead.
+//!
 //! The int8 mode ([`CpuBf16Backend::with_int8_convs`], AVX-512 VNNI as well): dense convolutions
 //! whose filters were uploaded with `upload_weight_int8` run on the int8 kernel of [`conv_int8`]
 //! (per-channel int8 filters, per-row int8 activations, exact i32 sums per tap); the weight keeps
@@ -40,6 +46,9 @@ mod tests;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
 use crate::spec::{
     AttentionSpec, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec, RopeSpec, StftSpec,
 };
@@ -59,7 +68,8 @@ pub fn cpu_int8_missing_feature() -> Option<&'static str> {
     Avx512Bf16::detect().err().or_else(|| Avx512Vnni::detect().err())
 }
 
-/// A buffer of [`CpuBf16Backend`]: f32 values, or a GEMM weight stored as bf16. A filter bank
+/// A buffer of [`CpuBf16Backend`]: f32 values, a GEMM weight stored as bf16, or an f32-computed
+/// weight stored as f16 ([`Backend::upload_weight_compact`]). A filter bank
 /// uploaded with `upload_weight_int8` in the int8 mode also keeps, once a dense convolution has
 /// used it, its int8 form (the second field: `None` for every other buffer).
 #[derive(Clone, Debug)]
@@ -70,6 +80,8 @@ enum Repr {
     F32(Vec<f32>),
     /// bf16 bits (the upper half of the f32 pattern), one per element.
     Bf16(Vec<u16>),
+    /// A weight that computes in f32, stored as IEEE f16 and widened for each op that reads it.
+    F16(Vec<f16>),
 }
 
 impl CpuBuf {
@@ -101,10 +113,16 @@ impl CpuBuf {
         matches!(self.0, Repr::Bf16(_))
     }
 
+    /// Whether this buffer is a weight held in f16 ([`Backend::upload_weight_compact`]).
+    pub fn is_f16(&self) -> bool {
+        matches!(self.0, Repr::F16(_))
+    }
+
     fn len(&self) -> usize {
         match &self.0 {
             Repr::F32(v) => v.len(),
             Repr::Bf16(v) => v.len(),
+            Repr::F16(v) => v.len(),
         }
     }
 
@@ -112,21 +130,23 @@ impl CpuBuf {
     fn f32(&self, op: &'static str) -> Result<&Vec<f32>> {
         match &self.0 {
             Repr::F32(v) => Ok(v),
-            Repr::Bf16(_) => Err(not_f32(op)),
+            Repr::Bf16(_) | Repr::F16(_) => Err(not_f32(op, &self.0)),
         }
     }
 
     fn f32_mut(&mut self, op: &'static str) -> Result<&mut Vec<f32>> {
         match &mut self.0 {
             Repr::F32(v) => Ok(v),
-            Repr::Bf16(_) => Err(not_f32(op)),
+            other => Err(not_f32(op, other)),
         }
     }
 
-    fn operand(&self) -> Operand<'_> {
+    /// A GEMM operand of the bf16 kernel; `None` for an f16 weight, which is widened first.
+    fn operand(&self) -> Option<Operand<'_>> {
         match &self.0 {
-            Repr::F32(v) => Operand::F32(v),
-            Repr::Bf16(v) => Operand::Bf16(v),
+            Repr::F32(v) => Some(Operand::F32(v)),
+            Repr::Bf16(v) => Some(Operand::Bf16(v)),
+            Repr::F16(_) => None,
         }
     }
 
@@ -141,6 +161,7 @@ impl CpuBuf {
                     *o = gemm::from_bf16(b);
                 }
             }
+            Repr::F16(v) => v[offset..end].convert_to_f32_slice(out),
         }
         Ok(())
     }
@@ -158,16 +179,39 @@ impl CpuBuf {
                     *o = gemm::to_bf16(x);
                 }
             }
+            Repr::F16(v) => v[offset..end].convert_from_f32_slice(data),
         }
         Ok(())
     }
 }
 
-fn not_f32(op: &'static str) -> KitError {
+fn not_f32(op: &'static str, repr: &Repr) -> KitError {
     shape_err(
         op,
-        "operand is a bf16 GEMM weight (upload_weight on the bf16 CPU backend); only gemm, conv1d, conv_transpose1d and the copy/read/write calls take it",
+        match repr {
+            Repr::F16(_) => {
+                "operand is an f16 weight (upload_weight_compact on the bf16 CPU backend); only gemm, conv1d, conv_transpose1d, lstm's recurrent weights and the copy/read/write calls take it"
+            }
+            _ => "operand is a bf16 GEMM weight (upload_weight on the bf16 CPU backend); only gemm, conv1d, conv_transpose1d and the copy/read/write calls take it",
+        },
     )
+}
+
+/// The f32 values of a weight an op reads: an f32 buffer as it is, an f16 one widened into a
+/// buffer of its own for the op.
+enum Wide<'a> {
+    Held(&'a Vec<f32>),
+    Owned(Vec<f32>),
+}
+
+impl std::ops::Deref for Wide<'_> {
+    type Target = Vec<f32>;
+    fn deref(&self) -> &Vec<f32> {
+        match self {
+            Wide::Held(v) => v,
+            Wide::Owned(v) => v,
+        }
+    }
 }
 
 impl CpuBf16Backend {
@@ -239,6 +283,19 @@ impl CpuBf16Backend {
     pub fn threads(&self) -> usize {
         self.f32.threads()
     }
+
+    /// `buf`'s values as f32 for `op`: an f16 weight widened (exactly), an f32 buffer as it is;
+    /// a bf16 weight is refused (the ops that take those handle them before asking). The widened
+    /// copy is freed with the op rather than kept: a kept scratch would hold the largest weight's
+    /// f32 size for the model's lifetime, while a freed one is reused by the allocator.
+    fn wide<'a>(&self, op: &'static str, buf: &'a CpuBuf) -> Result<Wide<'a>> {
+        let Repr::F16(v) = &buf.0 else { return buf.f32(op).map(Wide::Held) };
+        let mut out = Vec::new();
+        out.try_reserve_exact(v.len()).map_err(|_| KitError::OutOfMemory(v.len()))?;
+        out.resize(v.len(), 0.0);
+        v.convert_to_f32_slice(&mut out);
+        Ok(Wide::Owned(out))
+    }
 }
 
 impl Backend for CpuBf16Backend {
@@ -262,6 +319,19 @@ impl Backend for CpuBf16Backend {
         v.try_reserve_exact(data.len()).map_err(|_| KitError::OutOfMemory(data.len()))?;
         v.extend(data.iter().map(|&x| gemm::to_bf16(x)));
         Ok(CpuBuf::of(Repr::Bf16(v)))
+    }
+
+    /// Stored as IEEE f16 (round to nearest even) where every value is within f16's range, else
+    /// as f32: widened to f32 by each op that reads it.
+    fn upload_weight_compact(&self, data: &[f32]) -> Result<CpuBuf> {
+        if data.iter().any(|x| x.is_finite() && f16::from_f32(*x).is_infinite()) {
+            return self.upload(data);
+        }
+        let mut v = Vec::new();
+        v.try_reserve_exact(data.len()).map_err(|_| KitError::OutOfMemory(data.len()))?;
+        v.resize(data.len(), f16::ZERO);
+        v.convert_from_f32_slice(data);
+        Ok(CpuBuf::of(Repr::F16(v)))
     }
 
     /// In the int8 mode: stored as bf16, marked so that dense convolutions with it run on the
@@ -313,21 +383,32 @@ impl Backend for CpuBf16Backend {
                 v[offset..end].fill(gemm::to_bf16(value));
                 Ok(())
             }
+            Repr::F16(v) => {
+                let end = offset.checked_add(len).filter(|&e| e <= v.len());
+                let end = end.ok_or_else(|| shape_err("fill", format!("{offset}+{len} past buffer of {}", v.len())))?;
+                v[offset..end].fill(f16::from_f32(value));
+                Ok(())
+            }
         }
     }
 
-    /// f32 GEMM (the `gemm` crate) when neither operand is a bf16 weight, else the bf16 kernel.
+    /// f32 GEMM (the `gemm` crate) when neither operand is a bf16 weight (an f16 one widened
+    /// first), else the bf16 kernel.
     fn gemm(&self, spec: &GemmSpec, a: &CpuBuf, b: &CpuBuf, bias: Option<&CpuBuf>, c: &mut CpuBuf) -> Result<()> {
         let bias = bias.map(|b| b.f32("gemm")).transpose()?;
         if !a.is_bf16() && !b.is_bf16() {
-            return self.f32.gemm(spec, a.f32("gemm")?, b.f32("gemm")?, bias, c.f32_mut("gemm")?);
+            let (a, b) = (self.wide("gemm", a)?, self.wide("gemm", b)?);
+            return self.f32.gemm(spec, &a, &b, bias, c.f32_mut("gemm")?);
         }
         let c = c.f32_mut("gemm")?;
         spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
         if let Some(done) = self.gemm_int8(spec, a, b, bias, c) {
             return done;
         }
-        let (a, b, bias) = (a.operand(), b.operand(), bias.map(|b| b.as_slice()));
+        let (Some(a), Some(b)) = (a.operand(), b.operand()) else {
+            return Err(shape_err("gemm", "a bf16 GEMM weight and an f16 weight cannot be multiplied together"));
+        };
+        let bias = bias.map(|b| b.as_slice());
         self.f32.run(|| match self.packed_b.try_lock() {
             Ok(mut scratch) => gemm::gemm_fast(self.cpu, spec, a, b, bias, c, &mut scratch),
             Err(_) => gemm::gemm_fast(self.cpu, spec, a, b, bias, c, &mut Vec::new()),
@@ -397,7 +478,10 @@ impl Backend for CpuBf16Backend {
         let bias = bias.map(|b| b.f32(op)).transpose()?;
         let (x, y) = (x.f32(op)?, y.f32_mut(op)?);
         match &weight.0 {
-            Repr::F32(w) => self.f32.conv1d(spec, x, w, bias, y),
+            Repr::F32(_) | Repr::F16(_) => {
+                let w = self.wide(op, weight)?;
+                self.f32.conv1d(spec, x, &w, bias, y)
+            }
             Repr::Bf16(w) => {
                 spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
                 let bias_slice = bias.map(|b| b.as_slice());
@@ -467,7 +551,10 @@ impl Backend for CpuBf16Backend {
         let bias = bias.map(|b| b.f32(op)).transpose()?;
         let (x, y) = (x.f32(op)?, y.f32_mut(op)?);
         match &weight.0 {
-            Repr::F32(w) => self.f32.conv_transpose1d(spec, x, w, bias, y),
+            Repr::F32(_) | Repr::F16(_) => {
+                let w = self.wide(op, weight)?;
+                self.f32.conv_transpose1d(spec, x, &w, bias, y)
+            }
             Repr::Bf16(w) => {
                 spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
                 if spec.groups == 1 {
@@ -498,7 +585,8 @@ impl Backend for CpuBf16Backend {
             Some((h, c)) => Some((h.f32(op)?, c.f32(op)?)),
             None => None,
         };
-        self.f32.lstm(spec, lengths, gates_x.f32(op)?, w_hh.f32(op)?, state0, out.f32_mut(op)?)
+        let w_hh = self.wide(op, w_hh)?;
+        self.f32.lstm(spec, lengths, gates_x.f32(op)?, &w_hh, state0, out.f32_mut(op)?)
     }
 
     fn instance_norm(

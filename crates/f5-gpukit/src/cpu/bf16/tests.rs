@@ -347,3 +347,104 @@ fn backend_keeps_weights_in_bf16_and_refuses_them_elsewhere() {
     kit.copy(&wb2, 1, &mut out, 0, 1).unwrap();
     assert_eq!(kit.download(&out).unwrap()[0], from_bf16(0x3F81));
 }
+
+/// The f16 rounding `upload_weight_compact` must store (`torch.Tensor.half()`'s).
+fn f16_rounded(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+}
+
+#[test]
+fn compact_weights_are_stored_as_f16_and_compute_in_f32() {
+    if kernel_or_skip("compact_weights_are_stored_as_f16_and_compute_in_f32").is_none() {
+        return;
+    }
+    let kit = CpuBf16Backend::with_threads(2).unwrap();
+    let f32_kit = CpuBackend::with_threads(2).unwrap();
+    let mut rng = Rng(11);
+    let (m, k, n) = (23, 70, 41);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.perturbed()).collect();
+    let w: Vec<f32> = (0..n * k).map(|_| rng.perturbed()).collect();
+    let b: Vec<f32> = (0..n).map(|_| rng.grid()).collect();
+    let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&b).unwrap());
+    let wc = kit.upload_weight_compact(&w).unwrap();
+    assert!(wc.is_f16() && !wc.is_bf16());
+    let w16 = f16_rounded(&w);
+    assert_eq!(kit.download(&wc).unwrap(), w16, "a compact weight reads back as its f16 values");
+    assert_ne!(w16, w, "the data must exercise the rounding");
+
+    // gemm: exactly the f32 GEMM on the f16-rounded weight; the unrounded weight gives another
+    // result (so the check sees which values were used).
+    let s = GemmSpec::linear(m, k, n);
+    let mut y = kit.alloc(m * n).unwrap();
+    kit.gemm(&s, &xb, &wc, Some(&bb), &mut y).unwrap();
+    let mut want = f32_kit.alloc(m * n).unwrap();
+    f32_kit.gemm(&s, &x, &w16, Some(&b), &mut want).unwrap();
+    assert_eq!(kit.download(&y).unwrap(), want);
+    let mut unrounded = f32_kit.alloc(m * n).unwrap();
+    f32_kit.gemm(&s, &x, &w, Some(&b), &mut unrounded).unwrap();
+    assert_ne!(unrounded, want);
+    // As the left operand too (`x · W` with W read row-major).
+    let s_left = GemmSpec {
+        m: n,
+        n: m,
+        k,
+        batch: 1,
+        a: MatLayout::row_major(k),
+        b: MatLayout::transposed(k),
+        c: MatLayout::row_major(m),
+        beta: 0.0,
+    };
+    let mut yl = kit.alloc(n * m).unwrap();
+    kit.gemm(&s_left, &wc, &xb, None, &mut yl).unwrap();
+    let mut want_l = f32_kit.alloc(n * m).unwrap();
+    f32_kit.gemm(&s_left, &w16, &x, None, &mut want_l).unwrap();
+    assert_eq!(kit.download(&yl).unwrap(), want_l);
+
+    // conv1d, dense with padding and depthwise: the f32 convolution on the rounded filters.
+    for spec in [crate::Conv1dSpec::new(1, 19, 10, 7, 3).pad(1), crate::Conv1dSpec::new(2, 19, 10, 10, 5).pad(2).groups(10)] {
+        let groups = spec.groups.max(1);
+        let filters: Vec<f32> = (0..spec.c_out * spec.c_in / groups * spec.kernel).map(|_| rng.perturbed()).collect();
+        let input: Vec<f32> = (0..spec.batch * spec.n * spec.c_in).map(|_| rng.perturbed()).collect();
+        let out_len = spec.batch * spec.n_out() * spec.c_out;
+        let mut got = kit.alloc(out_len).unwrap();
+        kit.conv1d(&spec, &kit.upload(&input).unwrap(), &kit.upload_weight_compact(&filters).unwrap(), None, &mut got).unwrap();
+        let mut want = f32_kit.alloc(out_len).unwrap();
+        f32_kit.conv1d(&spec, &input, &f16_rounded(&filters), None, &mut want).unwrap();
+        assert_eq!(kit.download(&got).unwrap(), want, "conv1d {spec:?}");
+    }
+    // conv_transpose1d (stride 2, depthwise: the shape Kokoro's prosody blocks upsample with).
+    let spec = crate::ConvTranspose1dSpec::new(1, 9, 6, 6, 3, 2).pad(1).output_padding(1).groups(6);
+    let filters: Vec<f32> = (0..6 * 3).map(|_| rng.perturbed()).collect();
+    let input: Vec<f32> = (0..9 * 6).map(|_| rng.perturbed()).collect();
+    let out_len = spec.n_out() * 6;
+    let mut got = kit.alloc(out_len).unwrap();
+    kit.conv_transpose1d(&spec, &kit.upload(&input).unwrap(), &kit.upload_weight_compact(&filters).unwrap(), None, &mut got).unwrap();
+    let mut want = f32_kit.alloc(out_len).unwrap();
+    f32_kit.conv_transpose1d(&spec, &input, &f16_rounded(&filters), None, &mut want).unwrap();
+    assert_eq!(kit.download(&got).unwrap(), want);
+
+    // lstm's recurrent weights.
+    let (steps, hidden) = (6, 5);
+    let spec = crate::LstmSpec { batch: 1, n: steps, hidden, reverse: false, out: crate::StridedRows { offset: 0, row_stride: hidden } };
+    let gates: Vec<f32> = (0..steps * 4 * hidden).map(|_| rng.perturbed()).collect();
+    let w_hh: Vec<f32> = (0..4 * hidden * hidden).map(|_| rng.perturbed()).collect();
+    let mut got = kit.alloc(steps * hidden).unwrap();
+    kit.lstm(&spec, &[steps], &kit.upload(&gates).unwrap(), &kit.upload_weight_compact(&w_hh).unwrap(), None, &mut got).unwrap();
+    let mut want = f32_kit.alloc(steps * hidden).unwrap();
+    f32_kit.lstm(&spec, &[steps], &gates, &f16_rounded(&w_hh), None, &mut want).unwrap();
+    assert_eq!(kit.download(&got).unwrap(), want);
+
+    // Any other op refuses it, naming the op and what it is.
+    let mut out = kit.alloc(n * k).unwrap();
+    let err = kit.layer_norm(&wc, n, k, 1e-6, None, &mut out).unwrap_err().to_string();
+    assert!(err.starts_with("layer_norm") && err.contains("f16 weight"), "{err}");
+    // Writes and fills round to f16.
+    let mut small = kit.upload_weight_compact(&[0.0; 3]).unwrap();
+    kit.write(&mut small, 0, &[0.1]).unwrap();
+    kit.fill(&mut small, 1, 2, 1.0 / 3.0).unwrap();
+    assert_eq!(kit.download(&small).unwrap(), f16_rounded(&[0.1, 1.0 / 3.0, 1.0 / 3.0]));
+    // A weight beyond f16's range stays exact f32 rather than turning into infinities.
+    let big = kit.upload_weight_compact(&[1.0e5, 0.1]).unwrap();
+    assert!(!big.is_f16());
+    assert_eq!(kit.download(&big).unwrap(), vec![1.0e5, 0.1]);
+}
