@@ -256,18 +256,12 @@ impl<B: Backend> Generator<B> {
             trace.emit(kit, &format!("gen_stage{i}_in"), x)?;
             // Buffers at this stage's rate are the forward's largest (128 channels at 4,800
             // frames/s in the last stage): each is dropped as soon as it is spent, and the
-            // residual blocks share two scratch buffers, so at most five are alive at once.
-            let conv = &self.noise_convs[i];
-            let ns = conv.n_out(frames);
-            let c_cur = conv.spec.c_out;
-            let (mut t, mut u) = (buffer(kit, ns, c_cur)?, buffer(kit, ns, c_cur)?);
-            let mut xs = buffer(kit, ns, c_cur)?;
-            conv.apply(kit, har, 1, frames, &mut xs)?;
-            trace.emit(kit, &format!("gen_noise_conv{i}"), &xs)?;
-            self.noise_res[i].apply_in_place(kit, &mut xs, ns, style, &mut t, &mut u)?;
-            trace.emit(kit, &format!("gen_noise_res{i}"), &xs)?;
+            // residual blocks share two scratch buffers, so at most five are alive at once. The
+            // upsampling runs first, while only its input and output are alive: its GEMM's
+            // column chunks and packed filters then come on top of two buffers, not five.
             let ups = &self.ups[i];
             let nu = ups.n_out(*n);
+            let c_cur = ups.spec.c_out;
             let mut y = buffer(kit, nu, c_cur)?;
             ups.apply(kit, x, 1, *n, &mut y)?;
             // The previous stage's output is spent.
@@ -283,9 +277,20 @@ impl<B: Backend> Generator<B> {
             } else {
                 (y, nu)
             };
-            if nu != ns {
-                return Err(KokoroError::Input(format!("stage {i}: {nu} upsampled frames vs {ns} source frames")));
+            let conv = &self.noise_convs[i];
+            let ns = conv.n_out(frames);
+            if nu != ns || conv.spec.c_out != c_cur {
+                return Err(KokoroError::Input(format!(
+                    "stage {i}: {nu} upsampled frames × {c_cur} channels vs {ns} source frames × {}",
+                    conv.spec.c_out
+                )));
             }
+            let (mut t, mut u) = (buffer(kit, ns, c_cur)?, buffer(kit, ns, c_cur)?);
+            let mut xs = buffer(kit, ns, c_cur)?;
+            conv.apply(kit, har, 1, frames, &mut xs)?;
+            trace.emit(kit, &format!("gen_noise_conv{i}"), &xs)?;
+            self.noise_res[i].apply_in_place(kit, &mut xs, ns, style, &mut t, &mut u)?;
+            trace.emit(kit, &format!("gen_noise_res{i}"), &xs)?;
             kit.axpy(1.0, &xs, &mut y, nu * c_cur)?;
             drop(xs);
             // The mean of the blocks' outputs, each block run on its own copy of `y` (the

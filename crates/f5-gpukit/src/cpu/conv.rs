@@ -16,7 +16,7 @@
 use rayon::prelude::*;
 
 use super::gemm_raw;
-use super::scratch::with_scratch;
+use super::scratch::{with_scratch, with_shared_scratch};
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, GemmSpec, MatLayout};
 
 mod direct;
@@ -142,7 +142,7 @@ fn grouped(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mu
     }
     // Weights [c_out, cin_g, K] → per group [K·cin_g, cout_g] in (k, ci) row order, matching
     // the im2col columns. Fully written before it is read.
-    with_scratch(groups * kc * cout_g, |wp| grouped_into(spec, x, w, bias, y, wp));
+    with_shared_scratch(groups * kc * cout_g, |wp| grouped_into(spec, x, w, bias, y, wp));
 }
 
 /// Output channels one repacking pass moves together: one 64-byte line of packed weights.
@@ -263,7 +263,7 @@ pub fn conv_transpose1d(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: 
     // Weights [c_in, cout_g, K] → per group [cin_g, K·cout_g] in (k, co) column order, so that
     // the column matrix row of input row i holds tap k's outputs as one contiguous run.
     let kc = kernel * cout_g;
-    with_scratch(c_in * kc, |wp| {
+    with_shared_scratch(c_in * kc, |wp| {
         wp.par_chunks_mut(kc).enumerate().for_each(|(ci, row)| {
             for co in 0..cout_g {
                 for k in 0..kernel {

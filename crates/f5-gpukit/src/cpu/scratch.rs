@@ -4,7 +4,15 @@
 //! sizes; taking their buffers from here means they allocate (and zero) only the first time a
 //! size is seen, not on every call and every block.
 
+//!
+//! A thread's pool holds as many buffers as that thread's deepest nesting, so a buffer every
+//! worker thread may end up asking for is held once per thread. The convolutions' packed filter
+//! banks (megabytes each, packed once per call by whichever thread runs the op) come from the
+//! process-wide pools instead ([`with_shared_scratch`]): held once per op running at the same
+//! time, not once per thread.
+
 use std::cell::RefCell;
+use std::sync::Mutex;
 use std::thread::LocalKey;
 
 type Pool<T> = RefCell<Vec<Vec<T>>>;
@@ -14,6 +22,9 @@ thread_local! {
     static POOL_U32: Pool<u32> = const { RefCell::new(Vec::new()) };
     static POOL_USIZE: Pool<usize> = const { RefCell::new(Vec::new()) };
 }
+
+static SHARED: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
+static SHARED_U32: Mutex<Vec<Vec<u32>>> = Mutex::new(Vec::new());
 
 /// Runs `f` on a buffer of exactly `len` values whose contents are left over from an earlier
 /// use: `f` must write every value before it reads it. Nested calls on one thread get
@@ -32,28 +43,52 @@ pub fn with_scratch_usize<R>(len: usize, f: impl FnOnce(&mut [usize]) -> R) -> R
     with_pool(&POOL_USIZE, len, f)
 }
 
+/// [`with_scratch`] from the process-wide pool: for buffers any worker thread may ask for, so
+/// that each is held once per concurrent use rather than once per thread.
+pub fn with_shared_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    with_shared(&SHARED, len, f)
+}
+
+/// [`with_shared_scratch`] for 32-bit words.
+pub fn with_shared_scratch_u32<R>(len: usize, f: impl FnOnce(&mut [u32]) -> R) -> R {
+    with_shared(&SHARED_U32, len, f)
+}
+
 fn with_pool<T: Copy + Default + 'static, R>(pool: &'static LocalKey<Pool<T>>, len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
     // The buffer is taken out of the pool while `f` runs (not borrowed in place), so a nested
     // call, or a task rayon runs on this thread while `f` waits, finds the pool usable.
-    let mut buf = pool.with(|pool| {
-        let mut pool = pool.borrow_mut();
-        // The smallest buffer that fits, else the largest (grown below), so one big request
-        // does not make every later small one hold a big buffer as well.
-        let fit = (0..pool.len()).filter(|&i| pool[i].len() >= len).min_by_key(|&i| pool[i].len());
-        let pick = fit.or_else(|| (0..pool.len()).max_by_key(|&i| pool[i].len()));
-        pick.map(|i| pool.swap_remove(i)).unwrap_or_default()
-    });
-    if buf.len() < len {
-        buf.resize(len, T::default());
-    }
+    let mut buf = pool.with(|pool| take(&mut pool.borrow_mut(), len));
     let result = f(&mut buf[..len]);
     pool.with(|pool| pool.borrow_mut().push(buf));
     result
 }
 
+fn with_shared<T: Copy + Default, R>(pool: &Mutex<Vec<Vec<T>>>, len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    // As `with_pool`: the lock is held only to take and to give back, never while `f` runs.
+    // A panic elsewhere cannot leave the list half-changed, so a poisoned lock is used as is.
+    let mut buf = take(&mut pool.lock().unwrap_or_else(|poison| poison.into_inner()), len);
+    let result = f(&mut buf[..len]);
+    pool.lock().unwrap_or_else(|poison| poison.into_inner()).push(buf);
+    result
+}
+
+/// Takes the smallest buffer of `pool` that holds `len` values, else the largest grown to
+/// exactly `len`, so one big request does not make every later small one hold a big buffer.
+fn take<T: Copy + Default>(pool: &mut Vec<Vec<T>>, len: usize) -> Vec<T> {
+    let fit = (0..pool.len()).filter(|&i| pool[i].len() >= len).min_by_key(|&i| pool[i].len());
+    let pick = fit.or_else(|| (0..pool.len()).max_by_key(|&i| pool[i].len()));
+    let mut buf = pick.map(|i| pool.swap_remove(i)).unwrap_or_default();
+    if buf.len() < len {
+        // Exactly `len`: `resize` alone may double the capacity, and the buffer is kept.
+        buf.reserve_exact(len - buf.len());
+        buf.resize(len, T::default());
+    }
+    buf
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{with_scratch, with_scratch_u32};
+    use super::{with_scratch, with_scratch_u32, with_shared_scratch_u32};
 
     #[test]
     fn nested_requests_get_distinct_buffers_and_sizes_are_exact() {
@@ -87,5 +122,33 @@ mod tests {
             assert_eq!(b.as_ptr() as usize, first, "a request of a pooled size allocated anew");
             assert!(b.iter().all(|&v| v == 7));
         });
+    }
+
+    #[test]
+    fn the_shared_pool_serves_every_thread_from_one_buffer() {
+        // A size no other test asks for, so the buffer found is this test's.
+        const LEN: usize = 77_777;
+        let first = with_shared_scratch_u32(LEN, |b| {
+            assert_eq!(b.len(), LEN);
+            b.fill(3);
+            b.as_ptr() as usize
+        });
+        // Another thread gets the same allocation back (a thread-local pool would allocate anew).
+        let (same, kept) =
+            std::thread::spawn(move || with_shared_scratch_u32(LEN, |b| (b.as_ptr() as usize == first, b.iter().all(|&v| v == 3))))
+                .join()
+                .expect("the other thread");
+        assert!(same && kept, "the other thread did not get the shared buffer back");
+        // Nested requests still get distinct buffers.
+        with_shared_scratch_u32(LEN, |outer| {
+            with_shared_scratch_u32(LEN, |inner| assert_ne!(outer.as_ptr(), inner.as_ptr()));
+        });
+    }
+
+    #[test]
+    fn a_grown_buffer_holds_exactly_what_was_asked() {
+        let mut pool: Vec<Vec<f32>> = vec![vec![0.0; 10]];
+        let buf = super::take(&mut pool, 1000);
+        assert_eq!((buf.len(), buf.capacity()), (1000, 1000));
     }
 }

@@ -29,7 +29,7 @@ use rayon::prelude::*;
 
 use super::gemm::{Avx512Bf16, MR, NR};
 use crate::cpu::conv::{merged_taps, padded_row_len, rows_read, tap_offsets};
-use crate::cpu::scratch::{with_scratch_u32, with_scratch_usize};
+use crate::cpu::scratch::{with_scratch_u32, with_scratch_usize, with_shared_scratch_u32};
 use crate::spec::Conv1dSpec;
 
 /// The bf16 copy of the input rows one task converts: about this many bytes (plus the taps'
@@ -49,7 +49,7 @@ pub(crate) fn conv1d_dense(cpu: Avx512Bf16, spec: &Conv1dSpec, x: &[f32], w: &[u
     let pairs = c_in.div_ceil(2);
     let panel_len = kernel * pairs * NR;
     let panels = c_out.div_ceil(NR);
-    with_scratch_u32(panels * panel_len, |packed| {
+    with_shared_scratch_u32(panels * panel_len, |packed| {
         packed.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, panel));
         let packed = &*packed;
         let rb = rows_per_block(spec, rayon::current_num_threads());

@@ -15,7 +15,7 @@
 use rayon::prelude::*;
 
 use super::{rows_read, tap_offsets};
-use crate::cpu::scratch::{with_scratch, with_scratch_usize};
+use crate::cpu::scratch::{with_scratch, with_scratch_usize, with_shared_scratch};
 use crate::spec::Conv1dSpec;
 
 /// Rows of the register tile: 12 rows × 2 vectors of 16 lanes = 24 accumulators, which with
@@ -55,7 +55,7 @@ pub(super) fn conv1d_dense(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32]
     }
     let panel_len = kernel * c_in * NR;
     let panels = c_out.div_ceil(NR);
-    with_scratch(panels * panel_len, |packed| {
+    with_shared_scratch(panels * panel_len, |packed| {
         packed.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, panel));
         let packed = &*packed;
         let rb = rows_per_block(spec, rayon::current_num_threads());
