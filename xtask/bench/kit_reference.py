@@ -1,5 +1,6 @@
 """The reference side of `cargo xtask bench kit`: the same GEMM and attention shapes through
-numpy (OpenBLAS) and PyTorch (MKL/oneDNN), best-of-N, printed as one JSON object on stdout.
+numpy (OpenBLAS) and PyTorch (MKL/oneDNN), and Kokoro's ops on its shapes through PyTorch
+(`kokoro_ops.py`), best-of-N, printed as one JSON object on stdout.
 
 Thread counts are fixed before the libraries load, so every library runs on the same number of
 cores as the Rust side.
@@ -15,6 +16,7 @@ ap.add_argument("--threads", type=int, required=True)
 ap.add_argument("--shapes", required=True, help="JSON list of [m, k, n]")
 ap.add_argument("--attention", required=True, help="JSON list of [batch_heads, n, head_dim]")
 ap.add_argument("--min-seconds", type=float, default=0.8)
+ap.add_argument("--kokoro-frames", type=int, default=0, help="also time Kokoro's ops for this many predicted frames")
 args = ap.parse_args()
 
 t = str(args.threads)
@@ -69,6 +71,10 @@ try:
             q, k_, v = (torch.randn(1, bh, n, d) for _ in range(3))
             s = best_of(lambda: F.scaled_dot_product_attention(q, k_, v), args.min_seconds)
             out["torch_sdpa"][f"{bh}x{n}x{d}"] = {"seconds": s, "gflops": 4 * bh * n * n * d / s / 1e9}
+    if args.kokoro_frames:
+        from kokoro_ops import time_kokoro_ops
+
+        out["kokoro_ops"] = time_kokoro_ops(torch, args.kokoro_frames, args.min_seconds, best_of)
 except ImportError:
     out["versions"]["torch"] = None
 

@@ -26,6 +26,7 @@ import kokoro_stubs  # noqa: E402,F401  (before kokoro: its text pipeline is not
 
 import torch  # noqa: E402
 from kokoro.model import KModel  # noqa: E402
+from kokoro_ops import time_kokoro_ops  # noqa: E402
 
 torch.set_num_threads(args.threads)
 
@@ -41,22 +42,9 @@ def best_of(fn, min_seconds):
     return best
 
 
-out = {"torch": torch.__version__, "threads": args.threads, "ops": {}, "cases": {}}
-f = args.frames
+out = {"torch": torch.__version__, "threads": args.threads, "cases": {}}
+out["ops"] = time_kokoro_ops(torch, args.frames, args.min_seconds, best_of)
 with torch.no_grad():
-    # ISTFTNet's first upsampler: ConvTranspose1d 512→256, k20 s10 p5, input at 80 frames/s.
-    up = torch.nn.ConvTranspose1d(512, 256, 20, 10, padding=5)
-    x = torch.randn(1, 512, 2 * f)
-    out["ops"]["conv_transpose1d"] = best_of(lambda: up(x), args.min_seconds)
-    # A dilated resblock conv: 256 channels, k7, dilation 5, at 800 frames/s.
-    conv = torch.nn.Conv1d(256, 256, 7, dilation=5, padding=15)
-    y = torch.randn(1, 256, 20 * f)
-    out["ops"]["conv1d_dilated"] = best_of(lambda: conv(y), args.min_seconds)
-    # A BiLSTM 640 → 2×256 over 512 steps.
-    lstm = torch.nn.LSTM(640, 256, 1, batch_first=True, bidirectional=True)
-    z = torch.randn(1, 512, 640)
-    out["ops"]["bilstm"] = best_of(lambda: lstm(z), args.min_seconds)
-
     model = KModel(repo_id="hexgrad/Kokoro-82M", config=args.config, model=args.model).eval()
     for case in json.loads(args.cases):
         ids = torch.LongTensor([case["ids"]])

@@ -167,6 +167,13 @@ fn kit(root: &Path, o: &Opts) -> Result<()> {
         eprintln!("  attention {bh}×{n}×{d}: {:.0} ms, bf16 {}", s * 1e3, s16.map_or("–".into(), |t| format!("{:.0} ms", t * 1e3)));
     }
 
+    // The ops Kokoro added to the kit, on its shapes (the short input's frames).
+    let frames = crate::bench_kokoro::SHORT_INPUT_FRAMES;
+    let kokoro_ops = crate::bench_kokoro::kokoro_op_times(&kit, frames, o.min_seconds)?;
+    for (_, what, shape, secs) in &kokoro_ops {
+        eprintln!("  {what} {shape}: {:.2} ms", secs * 1e3);
+    }
+
     let reference = run_reference(root, o).unwrap_or_else(|e| {
         eprintln!("reference side not measured: {e:#}");
         Value::Null
@@ -216,6 +223,13 @@ fn kit(root: &Path, o: &Opts) -> Result<()> {
             flop / ours_attn[i] / 1e9
         )?;
     }
+    writeln!(md)?;
+    writeln!(
+        md,
+        "Kokoro's ops on its shapes ({frames} predicted frames, the short input's; f32, PyTorch's `nn` modules on the same thread count):"
+    )?;
+    writeln!(md)?;
+    crate::bench_kokoro::kokoro_ops_table(&mut md, &kokoro_ops, reference.get("kokoro_ops"))?;
     println!("{md}");
     record(root, o, &format!("kit-{}t", o.threads), &md, !reference.is_null())?;
     Ok(())
@@ -236,6 +250,7 @@ fn run_reference(root: &Path, o: &Opts) -> Result<Value> {
         .args(["--shapes", &serde_json::to_string(&shapes)?])
         .args(["--attention", &serde_json::to_string(&attn)?])
         .args(["--min-seconds", &o.min_seconds.to_string()])
+        .args(["--kokoro-frames", &crate::bench_kokoro::SHORT_INPUT_FRAMES.to_string()])
         .output()
         .with_context(|| format!("cannot run {py}; set F5_REF_PYTHON to a python with numpy and torch"))?;
     if !out.status.success() {

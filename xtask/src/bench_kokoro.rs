@@ -44,6 +44,62 @@ fn best_of(min_seconds: f64, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     Ok(best)
 }
 
+/// Predicted frames of the short input (`fixtures/kokoro/whole_full/short_heart_s1`, 56
+/// phonemes): `cargo xtask bench kit` times Kokoro's ops at this size without loading a model.
+pub const SHORT_INPUT_FRAMES: usize = 153;
+
+/// One kit op timed on Kokoro's shapes: (key shared with `xtask/bench/kokoro_ops.py`, label,
+/// shape, best seconds).
+pub type OpTime = (&'static str, &'static str, String, f64);
+
+/// The ops Kokoro added to the kit, on the f32 CPU backend, on its shapes for `frames`
+/// predicted frames: ISTFTNet's first upsampler, a dilated resblock conv, the BiLSTM.
+pub fn kokoro_op_times(kit: &CpuBackend, frames: usize, min_seconds: f64) -> Result<Vec<OpTime>> {
+    let f = frames.max(1);
+    let fill = |n: usize| (0..n).map(|i| ((i * 2654435761) % 1000) as f32 / 1000.0 - 0.5).collect::<Vec<f32>>();
+    let ct = ConvTranspose1dSpec::new(1, 2 * f, 512, 256, 20, 10).pad(5);
+    let (cx, cw, cb) = (kit.upload(&fill(2 * f * 512))?, kit.upload(&fill(512 * 256 * 20))?, kit.upload(&fill(256))?);
+    let mut cy = kit.alloc(ct.n_out() * 256)?;
+    let t_ct = best_of(min_seconds, || Ok(kit.conv_transpose1d(&ct, &cx, &cw, Some(&cb), &mut cy)?))?;
+    let dc = Conv1dSpec::new(1, 20 * f, 256, 256, 7).dilation(5).pad(15);
+    let (dx, dw, db) = (kit.upload(&fill(20 * f * 256))?, kit.upload(&fill(256 * 256 * 7))?, kit.upload(&fill(256))?);
+    let mut dy = kit.alloc(dc.n_out() * 256)?;
+    let t_dc = best_of(min_seconds, || Ok(kit.conv1d(&dc, &dx, &dw, Some(&db), &mut dy)?))?;
+    // BiLSTM 640 → 2×256 over 512 steps: the layer Kokoro runs (both input projections and
+    // both recurrences, side by side where the CPU has two threads).
+    let n = 512;
+    let direction = |reverse: bool| -> Result<Lstm<CpuBackend>> {
+        let input_proj = Linear { weight: kit.upload(&fill(1024 * 640))?, bias: Some(kit.upload(&fill(1024))?), out: 1024, inp: 640 };
+        Ok(Lstm { input_proj, w_hh: kit.upload(&fill(1024 * 256))?, hidden: 256, reverse })
+    };
+    let bilstm = BiLstm { forward: direction(false)?, backward: direction(true)? };
+    let lx = kit.upload(&fill(n * 640))?;
+    let mut lo = kit.alloc(n * 512)?;
+    let t_lstm = best_of(min_seconds, || Ok(bilstm.apply(kit, &lx, 1, n, &[n], &mut lo)?))?;
+    Ok(vec![
+        ("conv_transpose1d", "conv_transpose1d", format!("512→256, k20 s10 p5, {} → {} rows", 2 * f, ct.n_out()), t_ct),
+        ("conv1d_dilated", "conv1d dilated", format!("256→256, k7 d5, {} rows", 20 * f), t_dc),
+        ("bilstm", "BiLSTM", "640→2×256, 512 steps (projection + recurrence)".to_string(), t_lstm),
+    ])
+}
+
+/// The ops' table beside PyTorch's seconds (`reference`: key → seconds), "—" where not measured.
+pub fn kokoro_ops_table(md: &mut String, ops: &[OpTime], reference: Option<&Value>) -> Result<()> {
+    writeln!(md, "| op | shape | f5-gpukit | PyTorch | f5 / PyTorch speed |")?;
+    writeln!(md, "|---|---|---|---|---|")?;
+    for (key, what, shape, secs) in ops {
+        let r = reference.and_then(|r| r[*key].as_f64());
+        writeln!(
+            md,
+            "| {what} | {shape} | {:.2} ms | {} | {} |",
+            secs * 1e3,
+            r.map_or("—".into(), |r| format!("{:.2} ms", r * 1e3)),
+            r.map_or("—".into(), |r| format!("{:.2}×", r / secs))
+        )?;
+    }
+    Ok(())
+}
+
 fn npy_f32(path: &Path) -> Result<Vec<f64>> {
     let bytes = std::fs::read(path).with_context(|| path.display().to_string())?;
     let arr = npyz::NpyFile::new(&bytes[..])?;
@@ -101,26 +157,7 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
 
     // The new ops on Kokoro's shapes, for `frames_short` predicted frames.
     let f = frames_short.max(1);
-    let fill = |n: usize| (0..n).map(|i| ((i * 2654435761) % 1000) as f32 / 1000.0 - 0.5).collect::<Vec<f32>>();
-    let ct = ConvTranspose1dSpec::new(1, 2 * f, 512, 256, 20, 10).pad(5);
-    let (cx, cw, cb) = (kit.upload(&fill(2 * f * 512))?, kit.upload(&fill(512 * 256 * 20))?, kit.upload(&fill(256))?);
-    let mut cy = kit.alloc(ct.n_out() * 256)?;
-    let t_ct = best_of(o.min_seconds, || Ok(kit.conv_transpose1d(&ct, &cx, &cw, Some(&cb), &mut cy)?))?;
-    let dc = Conv1dSpec::new(1, 20 * f, 256, 256, 7).dilation(5).pad(15);
-    let (dx, dw, db) = (kit.upload(&fill(20 * f * 256))?, kit.upload(&fill(256 * 256 * 7))?, kit.upload(&fill(256))?);
-    let mut dy = kit.alloc(dc.n_out() * 256)?;
-    let t_dc = best_of(o.min_seconds, || Ok(kit.conv1d(&dc, &dx, &dw, Some(&db), &mut dy)?))?;
-    // BiLSTM 640 → 2×256 over 512 steps: the layer Kokoro runs (both input projections and
-    // both recurrences, side by side where the CPU has two threads).
-    let n = 512;
-    let direction = |reverse: bool| -> Result<Lstm<CpuBackend>> {
-        let input_proj = Linear { weight: kit.upload(&fill(1024 * 640))?, bias: Some(kit.upload(&fill(1024))?), out: 1024, inp: 640 };
-        Ok(Lstm { input_proj, w_hh: kit.upload(&fill(1024 * 256))?, hidden: 256, reverse })
-    };
-    let bilstm = BiLstm { forward: direction(false)?, backward: direction(true)? };
-    let lx = kit.upload(&fill(n * 640))?;
-    let mut lo = kit.alloc(n * 512)?;
-    let t_lstm = best_of(o.min_seconds, || Ok(bilstm.apply(&kit, &lx, 1, n, &[n], &mut lo)?))?;
+    let op_times = kokoro_op_times(&kit, f, o.min_seconds)?;
 
     // The reference, same inputs and threads.
     let case_json: Vec<Value> =
@@ -210,22 +247,7 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     writeln!(md)?;
     writeln!(md, "Kit ops on Kokoro's shapes ({f} predicted frames, the short input's):")?;
     writeln!(md)?;
-    writeln!(md, "| op | shape | f5-gpukit | PyTorch | f5 / PyTorch speed |")?;
-    writeln!(md, "|---|---|---|---|---|")?;
-    for (key, what, shape, secs) in [
-        ("conv_transpose1d", "conv_transpose1d", format!("512→256, k20 s10 p5, {} → {} rows", 2 * f, ct.n_out()), t_ct),
-        ("conv1d_dilated", "conv1d dilated", format!("256→256, k7 d5, {} rows", 20 * f), t_dc),
-        ("bilstm", "BiLSTM", "640→2×256, 512 steps (projection + recurrence)".to_string(), t_lstm),
-    ] {
-        let r = reference.as_ref().and_then(|r| r["ops"][key].as_f64());
-        writeln!(
-            md,
-            "| {what} | {shape} | {:.2} ms | {} | {} |",
-            secs * 1e3,
-            r.map_or("—".into(), |r| format!("{:.2} ms", r * 1e3)),
-            r.map_or("—".into(), |r| format!("{:.2}×", r / secs))
-        )?;
-    }
+    kokoro_ops_table(&mut md, &op_times, reference.as_ref().map(|r| &r["ops"]))?;
     print!("{md}");
     if o.write {
         let path = root.join("docs/benchmarks.md");
