@@ -775,6 +775,22 @@ fn ref_lstm_dir(gx: &[f32], w_hh: &[f32], h: usize, steps: &[usize], h0: &[f64],
     out
 }
 
+/// Both directions of a bidirectional layer in f64 over a padded batch (`gx[d]`, `w_hh[d]` per
+/// direction, zero initial state), `[batch·n, 2·hidden]` with zeros past each item's length.
+fn ref_bilstm(gx: &[Vec<f32>], w_hh: &[Vec<f32>], n: usize, h: usize, lengths: &[usize]) -> Vec<f64> {
+    let mut want = vec![0.0f64; lengths.len() * n * 2 * h];
+    let zeros = vec![0.0; h];
+    for (b, &len) in lengths.iter().enumerate() {
+        for (d, order) in [(0..len).collect::<Vec<_>>(), (0..len).rev().collect()].into_iter().enumerate() {
+            let item = &gx[d][b * n * 4 * h..(b + 1) * n * 4 * h];
+            for (t, hs) in ref_lstm_dir(item, &w_hh[d], h, &order, &zeros, &zeros) {
+                want[(b * n + t) * 2 * h + d * h..(b * n + t) * 2 * h + (d + 1) * h].copy_from_slice(&hs);
+            }
+        }
+    }
+    want
+}
+
 /// Runs both directions of a bidirectional layer over a padded batch into `[batch·n, 2·hidden]`.
 fn run_bilstm<B: Backend>(kit: &B, batch: usize, n: usize, h: usize, lengths: &[usize], gx: [&B::Buf; 2], whh: [&B::Buf; 2]) -> Vec<f32> {
     let mut out = guarded(kit, &vec![9.0; batch * n * 2 * h]);
@@ -796,17 +812,8 @@ pub fn lstm<B: Backend>(kit: &B) {
     let gxb: Vec<B::Buf> = gx.iter().map(|v| kit.upload(v).unwrap()).collect();
     let whb: Vec<B::Buf> = whh.iter().map(|v| kit.upload(v).unwrap()).collect();
     let got = run_bilstm(kit, batch, n, h, &lengths, [&gxb[0], &gxb[1]], [&whb[0], &whb[1]]);
-    let mut want = vec![0.0f64; batch * n * 2 * h];
+    let want = ref_bilstm(&gx, &whh, n, h, &lengths);
     let zeros = vec![0.0; h];
-    for b in 0..batch {
-        let len = lengths[b];
-        for (d, order) in [(0..len).collect::<Vec<_>>(), (0..len).rev().collect()].into_iter().enumerate() {
-            let item = &gx[d][b * n * 4 * h..(b + 1) * n * 4 * h];
-            for (t, hs) in ref_lstm_dir(item, &whh[d], h, &order, &zeros, &zeros) {
-                want[(b * n + t) * 2 * h + d * h..(b * n + t) * 2 * h + (d + 1) * h].copy_from_slice(&hs);
-            }
-        }
-    }
     // Recurrences of ≤ 9 steps of sums of 19 products; sigmoid/tanh are libm in f32.
     assert_close(&got, &want, |_| 2e-5, "bilstm over a padded batch (positions past each length are 0)");
 
@@ -815,17 +822,7 @@ pub fn lstm<B: Backend>(kit: &B) {
     let whc: Vec<B::Buf> = whh.iter().map(|v| kit.upload_weight_compact(v).unwrap()).collect();
     let stored: Vec<Vec<f32>> = whc.iter().map(|b| kit.download(b).unwrap()).collect();
     let got_c = run_bilstm(kit, batch, n, h, &lengths, [&gxb[0], &gxb[1]], [&whc[0], &whc[1]]);
-    let mut want_c = vec![0.0f64; batch * n * 2 * h];
-    for b in 0..batch {
-        let len = lengths[b];
-        for (d, order) in [(0..len).collect::<Vec<_>>(), (0..len).rev().collect()].into_iter().enumerate() {
-            let item = &gx[d][b * n * 4 * h..(b + 1) * n * 4 * h];
-            for (t, hs) in ref_lstm_dir(item, &stored[d], h, &order, &zeros, &zeros) {
-                want_c[(b * n + t) * 2 * h + d * h..(b * n + t) * 2 * h + (d + 1) * h].copy_from_slice(&hs);
-            }
-        }
-    }
-    assert_close(&got_c, &want_c, |_| 2e-5, "bilstm with compact recurrent weights");
+    assert_close(&got_c, &ref_bilstm(&gx, &stored, n, h, &lengths), |_| 2e-5, "bilstm with compact recurrent weights");
 
     // The seed's fix 2: a reverse direction that runs over the padded buffer (starting on the
     // padding) instead of each item's own last position is wrong for every shorter item — the
@@ -864,18 +861,7 @@ pub fn lstm<B: Backend>(kit: &B) {
     let gxb: Vec<B::Buf> = gx.iter().map(|v| kit.upload(v).unwrap()).collect();
     let whb: Vec<B::Buf> = whh.iter().map(|v| kit.upload(v).unwrap()).collect();
     let got = run_bilstm(kit, batch, n, h, &lengths, [&gxb[0], &gxb[1]], [&whb[0], &whb[1]]);
-    let mut want = vec![0.0f64; batch * n * 2 * h];
-    let zeros = vec![0.0; h];
-    for b in 0..batch {
-        let len = lengths[b];
-        for (d, order) in [(0..len).collect::<Vec<_>>(), (0..len).rev().collect()].into_iter().enumerate() {
-            let item = &gx[d][b * n * 4 * h..(b + 1) * n * 4 * h];
-            for (t, hs) in ref_lstm_dir(item, &whh[d], h, &order, &zeros, &zeros) {
-                want[(b * n + t) * 2 * h + d * h..(b * n + t) * 2 * h + (d + 1) * h].copy_from_slice(&hs);
-            }
-        }
-    }
-    assert_close(&got, &want, |_| 2e-5, "bilstm with hidden 600");
+    assert_close(&got, &ref_bilstm(&gx, &whh, n, h, &lengths), |_| 2e-5, "bilstm with hidden 600");
 }
 
 // ── instance norm, Snake, resampling, padding, cumsum ─────────────────────────────────────────
