@@ -60,7 +60,7 @@ impl<B: Backend> Kokoro<B> {
         let c = &config;
         // The first half (ALBERT, durations, F0/N, text encoder) computes in f32 on a bf16
         // backend: in bf16 its F0 and N move by 3–10 % (rel-L2) and F0 steers the sine source's
-        // phase over the whole utterance. It is ~10 % of the forward; the decoder's convolutions
+        // phase over the whole utterance. It is 10–20 % of the forward; the decoder's convolutions
         // carry the bf16 speed-up. Past ALBERT its weights (22 M) are stored as f16 where the
         // backend can (the bf16 CPU backend: 45 MB less): on the int8-derived weights F0's and
         // N's rel-L2 against f32 stay at bf16's own 9.2e-4 / 3.5e-4 and no duration moves (the

@@ -152,13 +152,11 @@ pub struct ConvTranspose1d<B: Backend> {
 }
 
 impl<B: Backend> ConvTranspose1d<B> {
-    /// Loads `name.weight` (plain, or `weight_g`/`weight_v`) and, with `bias`, `name.bias`.
+    /// Loads `name.weight` (plain, or `weight_g`/`weight_v`) and, with `bias`, `name.bias`. The
+    /// filters compute in f32 ([`Scope::upload_f32_weight`]: f16-stored under
+    /// `WeightStorage::F32Compact`).
     pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, spec: ConvTranspose1dSpec, bias: bool) -> Result<Self> {
-        let mut s = w.scope(name);
-        let groups = spec.groups.max(1);
-        let weight = s.host_normed("weight", &[spec.c_in, spec.c_out / groups, spec.kernel])?;
-        let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
-        Ok(ConvTranspose1d { weight: s.upload_f32_weight(kit, &weight)?, bias, spec })
+        Self::load_through(w, kit, name, spec, bias, |s, kit, data| s.upload_f32_weight(kit, data))
     }
 
     /// As [`ConvTranspose1d::load`], but the filters go through [`Backend::upload_weight`], as
@@ -167,11 +165,23 @@ impl<B: Backend> ConvTranspose1d<B> {
     /// kernel). For the big dense upsamplers whose cost that cuts; grouped or depthwise ones gain
     /// nothing there (that backend widens their filters to f32 on every call) and stay on `load`.
     pub fn load_weight(w: &mut Scope<'_>, kit: &B, name: &str, spec: ConvTranspose1dSpec, bias: bool) -> Result<Self> {
+        Self::load_through(w, kit, name, spec, bias, |s, kit, data| s.upload_gemm_weight(kit, data))
+    }
+
+    /// The filters `[c_in, c_out/groups, kernel]` uploaded by `upload`, and the bias.
+    fn load_through(
+        w: &mut Scope<'_>,
+        kit: &B,
+        name: &str,
+        spec: ConvTranspose1dSpec,
+        bias: bool,
+        upload: fn(&Scope<'_>, &B, &[f32]) -> Result<B::Buf>,
+    ) -> Result<Self> {
         let mut s = w.scope(name);
         let groups = spec.groups.max(1);
         let weight = s.host_normed("weight", &[spec.c_in, spec.c_out / groups, spec.kernel])?;
         let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
-        Ok(ConvTranspose1d { weight: s.upload_gemm_weight(kit, &weight)?, bias, spec })
+        Ok(ConvTranspose1d { weight: upload(&s, kit, &weight)?, bias, spec })
     }
 
     /// Output length for an input of `n` steps.

@@ -23,7 +23,8 @@
 //! is stored as IEEE f16, half the memory of f32, and widened exactly to f32 for each `gemm`,
 //! `conv1d`, `conv_transpose1d` or `lstm` that reads it (into a buffer freed after the op, which
 //! the allocator hands to the next one: no scratch is held for it), so those ops compute exactly
-//! what the f32 backend computes on the f16-rounded values. A weight with a value beyond f16's range (65504) is kept in f32 instead.
+//! what the f32 backend computes on the f16-rounded values. A weight with a value beyond f16's
+//! range (65504) is kept in f32 instead.
 //!
 //! The int8 mode ([`CpuBf16Backend::with_int8_convs`], AVX-512 VNNI as well): dense convolutions
 //! whose filters were uploaded with `upload_weight_int8` run on the int8 kernel of [`conv_int8`]
@@ -375,18 +376,18 @@ impl Backend for CpuBf16Backend {
 
     fn fill(&self, buf: &mut CpuBuf, offset: usize, len: usize, value: f32) -> Result<()> {
         buf.values_changed();
+        // The range a bf16 or f16 weight is filled over (the f32 op checks its own).
+        let have = buf.len();
+        let span = offset.checked_add(len).filter(|&e| e <= have).map(|end| offset..end);
+        let span = || span.clone().ok_or_else(|| shape_err("fill", format!("{offset}+{len} past buffer of {have}")));
         match &mut buf.0 {
             Repr::F32(v) => self.f32.fill(v, offset, len, value),
             Repr::Bf16(v) => {
-                let end = offset.checked_add(len).filter(|&e| e <= v.len());
-                let end = end.ok_or_else(|| shape_err("fill", format!("{offset}+{len} past buffer of {}", v.len())))?;
-                v[offset..end].fill(gemm::to_bf16(value));
+                v[span()?].fill(gemm::to_bf16(value));
                 Ok(())
             }
             Repr::F16(v) => {
-                let end = offset.checked_add(len).filter(|&e| e <= v.len());
-                let end = end.ok_or_else(|| shape_err("fill", format!("{offset}+{len} past buffer of {}", v.len())))?;
-                v[offset..end].fill(f16::from_f32(value));
+                v[span()?].fill(f16::from_f32(value));
                 Ok(())
             }
         }

@@ -434,6 +434,16 @@ fn compact_weights_are_stored_as_f16_and_compute_in_f32() {
     f32_kit.lstm(&spec, &[steps], &gates, &f16_rounded(&w_hh), None, &mut want).unwrap();
     assert_eq!(kit.download(&got).unwrap(), want);
 
+    // A bf16 weight times an f16 weight is refused, not computed in either precision.
+    let wb = kit.upload_weight(&w).unwrap();
+    let s_ww =
+        GemmSpec { m: n, n, k, batch: 1, a: MatLayout::row_major(k), b: MatLayout::transposed(k), c: MatLayout::row_major(n), beta: 0.0 };
+    let mut yy = kit.alloc(n * n).unwrap();
+    let err = kit.gemm(&s_ww, &wc, &wb, None, &mut yy).unwrap_err().to_string();
+    assert!(err.contains("bf16 GEMM weight and an f16 weight"), "{err}");
+    // Filling past the end is refused for an f16 weight as for any buffer.
+    let mut short = kit.upload_weight_compact(&[0.0; 3]).unwrap();
+    assert!(kit.fill(&mut short, 2, 2, 1.0).is_err());
     // Any other op refuses it, naming the op and what it is.
     let mut out = kit.alloc(n * k).unwrap();
     let err = kit.layer_norm(&wc, n, k, 1e-6, None, &mut out).unwrap_err().to_string();
