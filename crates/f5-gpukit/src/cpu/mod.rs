@@ -5,6 +5,7 @@
 mod attention;
 pub(crate) mod bf16;
 mod conv;
+mod few_rows;
 mod scratch;
 mod seq;
 pub(crate) mod simd;
@@ -278,7 +279,9 @@ impl Backend for CpuBackend {
         spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
         self.run(|| {
             // On one thread too, so the sums are the same whatever the thread count.
-            if spec.batch == 1 && spec.m <= GEMM_FEW_ROWS && spec.n >= 2 * GEMM_COLUMN_BLOCK {
+            if let Some(cpu) = simd::Avx512F::detect().filter(|_| few_rows::applies(spec)) {
+                few_rows::gemm(cpu, spec, a, b, c);
+            } else if spec.batch == 1 && spec.m <= GEMM_FEW_ROWS && spec.n >= 2 * GEMM_COLUMN_BLOCK {
                 gemm_by_columns(spec, a, b, c);
             } else {
                 gemm_raw(spec, a, b, c, true);

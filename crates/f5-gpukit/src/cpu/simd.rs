@@ -36,6 +36,27 @@ macro_rules! dispatch {
     };
 }
 
+/// Proof that this CPU executes AVX-512 F and VL: only [`Avx512F::detect`] makes one, so
+/// holding it makes the kernels that take it (`target_feature` `avx512f`, some with `avx512vl`)
+/// sound to call. VL matters for register allocation: without it, a value whose low 128 or 256
+/// bits feed an instruction (a horizontal sum) must live in zmm0–15, and LLVM spilled a 24-
+/// accumulator tile to the stack for that.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx512F(());
+
+impl Avx512F {
+    pub(crate) fn detect() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            (std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl")).then_some(Avx512F(()))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            None
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx512() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl") && has_avx2()

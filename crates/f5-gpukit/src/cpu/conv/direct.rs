@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use super::{rows_read, tap_offsets};
 use crate::cpu::scratch::{with_scratch, with_scratch_usize, with_shared_scratch};
+pub(super) use crate::cpu::simd::Avx512F;
 use crate::spec::Conv1dSpec;
 
 /// Rows of the register tile: 12 rows × 2 vectors of 16 lanes = 24 accumulators, which with
@@ -27,23 +28,6 @@ const NR: usize = 32;
 /// one filter panel (`K·c_in·NR` floats, ≤ 400 KiB for Kokoro's shapes) stay in L2 while
 /// every panel's tiles read them.
 const X_BLOCK_BYTES: usize = 256 * 1024;
-
-/// Proof that this CPU executes AVX-512 F: only [`Avx512F::detect`] makes one.
-#[derive(Clone, Copy)]
-pub(super) struct Avx512F(());
-
-impl Avx512F {
-    pub(super) fn detect() -> Option<Self> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::is_x86_feature_detected!("avx512f").then_some(Avx512F(()))
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            None
-        }
-    }
-}
 
 /// `y = conv(x, w) + bias` for a dense (`groups == 1`) convolution; `spec` validated.
 pub(super) fn conv1d_dense(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {

@@ -1,0 +1,144 @@
+use super::{applies, gemm, k_block, MAX_ROWS, NR};
+use crate::cpu::simd::Avx512F;
+use crate::spec::{GemmSpec, MatLayout};
+
+/// Deterministic values in [-1, 1).
+fn values(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// C = beta·C + A·B in f64, and Σ|a·b| per element (the scale of the f32 rounding error).
+fn reference(spec: &GemmSpec, a: &[f32], b: &[f32], c: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let (mut out, mut mag) = (c.iter().map(|&x| x as f64).collect::<Vec<_>>(), vec![0.0; c.len()]);
+    for i in 0..spec.m {
+        for j in 0..spec.n {
+            let idx = spec.c.offset + i * spec.c.row_stride + j * spec.c.col_stride;
+            let (mut s, mut m) = (0.0f64, 0.0f64);
+            for q in 0..spec.k {
+                let x = a[spec.a.offset + i * spec.a.row_stride + q * spec.a.col_stride] as f64;
+                let w = b[spec.b.offset + q * spec.b.row_stride + j * spec.b.col_stride] as f64;
+                s += x * w;
+                m += (x * w).abs();
+            }
+            out[idx] = if spec.beta == 0.0 { s } else { out[idx] + s };
+            mag[idx] = m + if spec.beta == 0.0 { 0.0 } else { c[idx].abs() as f64 };
+        }
+    }
+    (out, mag)
+}
+
+/// f32 rounding bound for one output: each lane sums ≤ kc/16 + 1 terms, 4 tree levels reduce
+/// the lanes, and each k block adds one more rounding: (k/16 + 6 + blocks)·u·Σ|a·b|, u = 2⁻²⁴.
+fn bound(spec: &GemmSpec, mag: f64) -> f64 {
+    let blocks = spec.k.div_ceil(k_block(spec.m, spec.k)) as f64;
+    (spec.k as f64 / 16.0 + 6.0 + blocks) * (1.0 / (1u64 << 24) as f64) * mag + 1e-30
+}
+
+fn run(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c0: &[f32], threads: usize) -> Vec<f32> {
+    let mut c = c0.to_vec();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+    pool.install(|| gemm(cpu, spec, a, b, &mut c));
+    c
+}
+
+/// A Linear-shaped product (A `[m, k]` rows `lda` apart, B = Wᵀ of `W [n, k]`, C rows `ldc`
+/// apart) with offsets, so strides and offsets are exercised too.
+fn linear_spec(m: usize, n: usize, k: usize, lda: usize, ldc: usize, beta: f32) -> GemmSpec {
+    GemmSpec {
+        m,
+        n,
+        k,
+        batch: 1,
+        a: MatLayout { offset: 3, ..MatLayout::row_major(lda) },
+        b: MatLayout { offset: 5, ..MatLayout::transposed(k) },
+        c: MatLayout { offset: 7, ..MatLayout::row_major(ldc) },
+        beta,
+    }
+}
+
+fn operands(spec: &GemmSpec, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let a = values(spec.a.offset + spec.m * spec.a.row_stride, seed);
+    let b = values(spec.b.offset + spec.n * spec.b.col_stride, seed + 1);
+    let c = values(spec.c.offset + spec.m * spec.c.row_stride, seed + 2);
+    (a, b, c)
+}
+
+#[test]
+fn matches_f64_within_the_rounding_bound_on_every_edge() {
+    let Some(cpu) = Avx512F::detect() else {
+        eprintln!("skipped: this CPU lacks AVX-512 F (the few-rows GEMM is not used here)");
+        return;
+    };
+    // Rows: 1, a partial tile, whole tiles, ALBERT's 58, the limit. Columns: under one
+    // panel, one panel, a partial panel past a whole block. k: one vector, a tail, a Linear's,
+    // and one long enough at MAX_ROWS rows to be cut into k blocks.
+    let shapes = [(1, 1, 16), (3, 5, 17), (4, 6, 31), (5, 7, 768), (58, 2 * 16 * NR + 5, 128), (58, 200, 2048), (MAX_ROWS, 13, 1000)];
+    assert!(k_block(MAX_ROWS, 1000) < 1000, "the last shape must take more than one k block");
+    for (case, &(m, n, k)) in shapes.iter().enumerate() {
+        for beta in [0.0, 1.0] {
+            let spec = linear_spec(m, n, k, k + 2, n + 3, beta);
+            let (a, b, c0) = operands(&spec, 11 * case as u64 + beta as u64);
+            let (want, mag) = reference(&spec, &a, &b, &c0);
+            let got = run(cpu, &spec, &a, &b, &c0, 2);
+            for (idx, (&g, (&w, &mg))) in got.iter().zip(want.iter().zip(&mag)).enumerate() {
+                let err = (g as f64 - w).abs();
+                assert!(err <= bound(&spec, mg), "m{m} n{n} k{k} beta{beta}: C[{idx}] = {g}, f64 {w} (error {err:e})");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_bound_catches_a_dropped_product() {
+    // The tolerance above is tight enough to see one missing term of k = 17 (the tail lane):
+    // the sum without it is outside the bound for a typical element.
+    let spec = linear_spec(3, 5, 17, 17, 5, 0.0);
+    let (a, b, c0) = operands(&spec, 3);
+    let (want, mag) = reference(&spec, &a, &b, &c0);
+    let mut caught = 0;
+    for i in 0..spec.m {
+        for j in 0..spec.n {
+            let idx = spec.c.offset + i * spec.c.row_stride + j;
+            let last = a[spec.a.offset + i * spec.a.row_stride + 16] as f64 * b[spec.b.offset + j * spec.b.col_stride + 16] as f64;
+            let without_tail = (want[idx] - last) as f32 as f64;
+            caught += usize::from((without_tail - want[idx]).abs() > bound(&spec, mag[idx]));
+        }
+    }
+    assert!(caught >= spec.m * spec.n - 1, "only {caught} of {} outputs would catch a dropped tail", spec.m * spec.n);
+}
+
+#[test]
+fn bits_do_not_depend_on_the_thread_count() {
+    let Some(cpu) = Avx512F::detect() else {
+        eprintln!("skipped: this CPU lacks AVX-512 F");
+        return;
+    };
+    for &(m, n, k) in &[(58, 2304, 768), (MAX_ROWS, 300, 1000)] {
+        let spec = linear_spec(m, n, k, k, n, 0.0);
+        let (a, b, c0) = operands(&spec, 7);
+        let one = run(cpu, &spec, &a, &b, &c0, 1);
+        for threads in [2, 3] {
+            assert!(run(cpu, &spec, &a, &b, &c0, threads) == one, "m{m} n{n} k{k}: {threads} threads differ from one");
+        }
+    }
+}
+
+#[test]
+fn takes_only_few_row_products_with_k_contiguous_operands() {
+    let linear = GemmSpec::linear(58, 768, 2304);
+    assert!(applies(&linear));
+    assert!(!applies(&GemmSpec::linear(MAX_ROWS + 1, 768, 2304)), "too many rows");
+    assert!(!applies(&GemmSpec::linear(58, 15, 64)), "k under one vector");
+    assert!(!applies(&GemmSpec { batch: 2, ..linear }), "batched");
+    assert!(!applies(&GemmSpec { b: MatLayout::row_major(2304), ..linear }), "B row-major: its columns are strided");
+    assert!(!applies(&GemmSpec { a: MatLayout::transposed(58), ..linear }), "A column-major");
+    assert!(!applies(&GemmSpec { c: MatLayout::row_major(100), ..linear }), "C rows overlap");
+}
