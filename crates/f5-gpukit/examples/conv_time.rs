@@ -107,7 +107,7 @@ fn main() -> AnyResult<()> {
         let (xb, wb, bb) = (bf16_kit.upload(&x)?, bf16_kit.upload_weight(&w)?, bf16_kit.upload(&b)?);
         let mut yb = bf16_kit.alloc(n_y)?;
         let mut int8 = match &int8_kit {
-            Some(kit) => Some((kit, kit.upload(&x)?, kit.upload_weight(&w)?, kit.upload(&b)?, kit.alloc(n_y)?)),
+            Some(kit) => Some((kit, kit.upload(&x)?, kit.upload_weight_int8(&w)?, kit.upload(&b)?, kit.alloc(n_y)?)),
             None => None,
         };
         let (mut t32, mut t16, mut t8) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
