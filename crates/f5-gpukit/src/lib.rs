@@ -239,6 +239,16 @@ pub trait Backend: Send + Sync {
     fn upload_weight_compact(&self, data: &[f32]) -> Result<Self::Buf> {
         self.upload(data)
     }
+    /// Runs host-side work of a model (Kokoro's sine source) on the threads this backend
+    /// computes with, so that rayon's parallel iterators inside `work` use as many threads as
+    /// the backend's own ops: the CPU backends install their pool; the default runs `work` on
+    /// the caller's thread (rayon's global pool), which is what a device backend does.
+    fn on_host_threads<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R
+    where
+        Self: Sized,
+    {
+        work()
+    }
     /// A host copy of the whole buffer (device → host).
     fn download(&self, buf: &Self::Buf) -> Result<Vec<f32>>;
     /// Values the buffer holds.

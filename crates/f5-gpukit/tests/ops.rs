@@ -580,6 +580,33 @@ pub fn axpy<B: Backend>(kit: &B) {
     }
 }
 
+/// Host-side work runs once, returns its value, and its parallel iterators complete on the
+/// backend's threads (`cpu_pools_run_host_work` checks which threads those are).
+pub fn on_host_threads<B: Backend>(kit: &B) {
+    use rayon::prelude::*;
+    let mut calls = 0;
+    let (sum, threads) = kit.on_host_threads(|| {
+        calls += 1;
+        ((0..100_000u64).into_par_iter().map(|i| i * i).sum::<u64>(), rayon::current_num_threads())
+    });
+    assert_eq!(calls, 1, "on_host_threads ran its work {calls} times");
+    assert_eq!(sum, (0..100_000u64).map(|i| i * i).sum::<u64>(), "on_host_threads: a parallel sum inside it");
+    assert!(threads >= 1);
+}
+
+/// The CPU backends run host work on their own pool, so a model's host-side passes use the
+/// thread count the user gave (`--threads`), not rayon's global pool.
+#[test]
+fn cpu_pools_run_host_work() {
+    for threads in [1, 3] {
+        let kit = f5_gpukit::CpuBackend::with_threads(threads).unwrap();
+        assert_eq!(kit.on_host_threads(rayon::current_num_threads), threads, "CpuBackend::with_threads({threads})");
+        if let Ok(kit) = f5_gpukit::CpuBf16Backend::with_threads(threads) {
+            assert_eq!(kit.on_host_threads(rayon::current_num_threads), threads, "CpuBf16Backend::with_threads({threads})");
+        }
+    }
+}
+
 pub fn mask_rows<B: Backend>(kit: &B) {
     let mut rng = Rng::new(13);
     let (rows, d) = (9, 5);
@@ -1228,7 +1255,7 @@ macro_rules! backend_suite {
             backend_suite!(@tests gemm, layer_norm, adaln_modulate, gated_add, grn, split_heads_rope,
                 merge_heads, conv1d, activations, cfg_combine, axpy, mask_rows, concat_features, embedding,
                 polar_spectrum, conv_transpose1d, lstm, instance_norm, snake, upsample_nearest, interpolate_linear,
-                pad1d, cumsum, stft, istft, buffers, refuses_short_buffers);
+                pad1d, cumsum, stft, istft, on_host_threads, buffers, refuses_short_buffers);
         }
     };
     (@tests $($op:ident),*) => {

@@ -217,7 +217,8 @@ impl<B: Backend> Generator<B> {
     fn source_spectrum(&self, kit: &B, f0: &[f32], rng: &mut TorchGenerator, trace: &mut Trace<'_>) -> Result<(B::Buf, usize, usize)> {
         // Source excitation and its spectrum.
         let mut source_trace = None;
-        let har_source = self.source.generate(f0, rng, trace.wants().then_some(&mut source_trace))?;
+        let want_trace = trace.wants();
+        let har_source = kit.on_host_threads(|| self.source.generate(f0, rng, want_trace.then_some(&mut source_trace)))?;
         if let Some(st) = source_trace {
             trace.emit_host("gen_sine_waves", st.sine_waves);
             trace.emit_host("gen_source_noise", st.noise);

@@ -2,7 +2,8 @@
 //! signal at the audio rate.
 //!
 //! It runs on the host in f32 with its phase summed in f64, whatever the model's backend or
-//! precision: the phase reaches ~10⁵ radians over a few seconds, where one f32 ulp is already a
+//! precision, on the backend's CPU threads (`Backend::on_host_threads`; the noise's generator
+//! words are drawn in order, everything elementwise in parallel): the phase reaches ~10⁵ radians over a few seconds, where one f32 ulp is already a
 //! hundredth of a radian, and a half-precision source drops voices an octave. The arithmetic
 //! follows the reference op for op (floor-mod, the 1/300 linear downsample that reads only two
 //! samples per frame, the double-accumulated cumsum, the ×300 upsample) so the same seed gives
@@ -10,6 +11,7 @@
 
 use f5_gpukit::{Backend, CpuBackend, InterpolateSpec};
 use f5_nn::torch_rand::TorchGenerator;
+use rayon::prelude::*;
 
 use crate::KokoroError;
 
@@ -20,6 +22,9 @@ const SAMPLE_RATE: f32 = 24_000.0;
 const SINE_AMP: f32 = 0.1;
 const NOISE_STD: f32 = 0.003;
 const VOICED_THRESHOLD: f32 = 10.0;
+/// Samples per parallel task of the elementwise passes (a fixed split: each sample's value is
+/// computed alone, so the result is the same on any number of threads).
+const ROWS_PER_TASK: usize = 4096;
 
 /// The source's intermediate signals, for tests and inspection.
 pub struct SourceTrace {
@@ -54,13 +59,15 @@ impl SineSource {
         let cpu = CpuBackend::new();
         // fn = f0 (nearest ×up) · (1..9); rad = (fn / sr) mod 1, floor-mod as torch's `%`.
         let mut rad = vec![0.0f32; len * HARMONICS];
-        for (t, row) in rad.chunks_mut(HARMONICS).enumerate() {
-            let f = f0[t / up];
-            for (k, r) in row.iter_mut().enumerate() {
-                let v = (f * (k + 1) as f32) / SAMPLE_RATE;
-                *r = v - v.floor();
+        rad.par_chunks_mut(HARMONICS * ROWS_PER_TASK).enumerate().for_each(|(blk, rows)| {
+            for (i, row) in rows.chunks_mut(HARMONICS).enumerate() {
+                let f = f0[(blk * ROWS_PER_TASK + i) / up];
+                for (k, r) in row.iter_mut().enumerate() {
+                    let v = (f * (k + 1) as f32) / SAMPLE_RATE;
+                    *r = v - v.floor();
+                }
             }
-        }
+        });
         // rand_ini: random initial phases for the overtones at time 0 only (the downsample
         // below never reads time 0, but the draw advances the generator).
         for (k, r) in rad[..HARMONICS].iter_mut().enumerate() {
@@ -92,22 +99,31 @@ impl SineSource {
         let mut noise = vec![0.0f32; len * HARMONICS];
         let mut sines = phase_up;
         let mut har = vec![0.0f32; len];
-        for t in 0..len {
-            let voiced = if f0[t / up] > VOICED_THRESHOLD { 1.0f32 } else { 0.0 };
-            uv[t] = voiced;
-            let amp = voiced * NOISE_STD + (1.0 - voiced) * SINE_AMP / 3.0;
-            let mut acc = 0.0f32;
-            for k in 0..HARMONICS {
-                let i = t * HARMONICS + k;
-                let n = amp * noise_draw[k * len + t];
-                noise[i] = n;
-                let s = sines[i].sin() * SINE_AMP;
-                let s = s * voiced + n;
-                sines[i] = s;
-                acc += self.weight[k] * s;
-            }
-            har[t] = (acc + self.bias).tanh();
-        }
+        let wide = HARMONICS * ROWS_PER_TASK;
+        har.par_chunks_mut(ROWS_PER_TASK)
+            .zip(uv.par_chunks_mut(ROWS_PER_TASK))
+            .zip(noise.par_chunks_mut(wide).zip(sines.par_chunks_mut(wide)))
+            .enumerate()
+            .for_each(|(blk, ((har, uv), (noise, sines)))| {
+                for (i, ((h, u), (nrow, srow))) in
+                    har.iter_mut().zip(uv.iter_mut()).zip(noise.chunks_mut(HARMONICS).zip(sines.chunks_mut(HARMONICS))).enumerate()
+                {
+                    let t = blk * ROWS_PER_TASK + i;
+                    let voiced = if f0[t / up] > VOICED_THRESHOLD { 1.0f32 } else { 0.0 };
+                    *u = voiced;
+                    let amp = voiced * NOISE_STD + (1.0 - voiced) * SINE_AMP / 3.0;
+                    let mut acc = 0.0f32;
+                    for k in 0..HARMONICS {
+                        let n = amp * noise_draw[k * len + t];
+                        nrow[k] = n;
+                        let s = srow[k].sin() * SINE_AMP;
+                        let s = s * voiced + n;
+                        srow[k] = s;
+                        acc += self.weight[k] * s;
+                    }
+                    *h = (acc + self.bias).tanh();
+                }
+            });
         if let Some(slot) = trace {
             *slot = Some(SourceTrace { sine_waves: sines, uv, noise });
         }

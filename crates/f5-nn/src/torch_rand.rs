@@ -10,6 +10,8 @@
 //! the AVX2 kernel's: Cephes-style `log` and `sincos` polynomials in f32 with fused multiply-adds
 //! at exactly the places the compiled kernel has them — that is what makes it bit-exact.
 
+use rayon::prelude::*;
+
 const N: usize = 624;
 const M: usize = 397;
 
@@ -67,12 +69,6 @@ impl TorchGenerator {
         (self.next_u32() & 0x00ff_ffff) as f32 * (1.0 / 16_777_216.0)
     }
 
-    fn uniform_f64(&mut self) -> f64 {
-        let a = self.next_u32() as u64;
-        let b = self.next_u32() as u64;
-        (((a << 32) | b) & ((1u64 << 53) - 1)) as f64 * (1.0 / 9_007_199_254_740_992.0)
-    }
-
     /// `torch.randn(len)` (float32, contiguous) continuing this generator's stream.
     pub fn randn(&mut self, len: usize) -> Vec<f32> {
         let mut d = vec![0.0f32; len];
@@ -104,21 +100,59 @@ impl TorchGenerator {
     /// takes its serial path, one double-precision Box–Muller normal per value (the second of each
     /// pair cached in the generator), rounded to f32, in the tensor's memory order. Kokoro's source
     /// noise is such a draw (`randn_like` of a transposed tensor).
+    ///
+    /// The generator's words are drawn in order (cheap); each pair's logarithm, square root and
+    /// sine/cosine — nearly all the cost — run on the current rayon pool. Each value is the
+    /// same function of its own four words as in the serial loop, so the result is identical.
     pub fn randn_serial(&mut self, len: usize) -> Vec<f32> {
-        (0..len).map(|_| self.normal_f64() as f32).collect()
+        let mut out = Vec::with_capacity(len);
+        if len == 0 {
+            return out;
+        }
+        if let Some(v) = self.cached_normal.take() {
+            out.push(v as f32);
+        }
+        let pairs = (len - out.len()).div_ceil(2);
+        let words: Vec<[u32; 4]> = (0..pairs).map(|_| std::array::from_fn(|_| self.next_u32())).collect();
+        let start = out.len();
+        out.resize(start + 2 * pairs, 0.0);
+        out[start..].par_chunks_mut(2).zip(words.par_iter()).for_each(|(dst, w)| {
+            let (c, s) = box_muller_f64(w);
+            dst[0] = c as f32;
+            dst[1] = s as f32;
+        });
+        if out.len() > len {
+            // An odd count: the last pair's second value stays cached, in double precision.
+            out.truncate(len);
+            self.cached_normal = words.last().map(|w| box_muller_f64(w).1);
+        }
+        out
     }
 
     fn normal_f64(&mut self) -> f64 {
         if let Some(v) = self.cached_normal.take() {
             return v;
         }
-        let u1 = self.uniform_f64();
-        let u2 = self.uniform_f64();
-        let r = (-2.0 * (-u2).ln_1p()).sqrt();
-        let theta = 2.0 * std::f64::consts::PI * u1;
-        self.cached_normal = Some(r * theta.sin());
-        r * theta.cos()
+        let words = std::array::from_fn(|_| self.next_u32());
+        let (c, s) = box_muller_f64(&words);
+        self.cached_normal = Some(s);
+        c
     }
+}
+
+/// `uniform_real_distribution<double>` on two 32-bit words: 53 bits of `(a << 32) | b`.
+fn uniform_f64_of(a: u32, b: u32) -> f64 {
+    ((((a as u64) << 32) | b as u64) & ((1u64 << 53) - 1)) as f64 * (1.0 / 9_007_199_254_740_992.0)
+}
+
+/// `normal_distribution<double>`'s Box–Muller pair `(r·cos θ, r·sin θ)` from the four words
+/// that its two uniforms (u1 for θ, then u2 for r) are drawn from.
+fn box_muller_f64(w: &[u32; 4]) -> (f64, f64) {
+    let u1 = uniform_f64_of(w[0], w[1]);
+    let u2 = uniform_f64_of(w[2], w[3]);
+    let r = (-2.0 * (-u2).ln_1p()).sqrt();
+    let theta = 2.0 * std::f64::consts::PI * u1;
+    (r * theta.cos(), r * theta.sin())
 }
 
 /// `torch.manual_seed(seed); torch.randn(frames, channels)` flattened row-major.
@@ -213,6 +247,22 @@ mod tests {
     #[test]
     fn only_low_32_bits_of_the_seed_count() {
         assert_eq!(torch_randn(7, 3, 100), torch_randn((1u64 << 32) + 7, 3, 100));
+    }
+
+    #[test]
+    fn serial_draws_in_parallel_equal_the_one_at_a_time_loop() {
+        // Even and odd counts, starting with and without a cached second value, and the cache
+        // left by an odd count carried into the next draw — on one thread and on three.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().expect("a pool");
+        for lens in [[4usize, 6, 2], [5, 3, 8], [1, 1, 7]] {
+            let (mut fast, mut slow) = (TorchGenerator::new(11), TorchGenerator::new(11));
+            for (i, &len) in lens.iter().enumerate() {
+                let got = if i % 2 == 0 { pool.install(|| fast.randn_serial(len)) } else { fast.randn_serial(len) };
+                let want: Vec<f32> = (0..len).map(|_| slow.normal_f64() as f32).collect();
+                assert_eq!(got, want, "draw {i} of {lens:?}");
+            }
+            assert_eq!(fast.next_u32(), slow.next_u32(), "the streams moved apart");
+        }
     }
 
     #[test]

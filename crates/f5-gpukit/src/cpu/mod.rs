@@ -234,6 +234,10 @@ impl Backend for CpuBackend {
         Ok(v)
     }
 
+    fn on_host_threads<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        self.run(work)
+    }
+
     fn download(&self, buf: &Vec<f32>) -> Result<Vec<f32>> {
         Ok(buf.clone())
     }

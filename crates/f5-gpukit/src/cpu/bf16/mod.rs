@@ -345,6 +345,10 @@ impl Backend for CpuBf16Backend {
         Ok(buf)
     }
 
+    fn on_host_threads<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        self.f32.on_host_threads(work)
+    }
+
     fn download(&self, buf: &CpuBuf) -> Result<Vec<f32>> {
         let mut out = vec![0.0; buf.len()];
         buf.read_into("download", 0, &mut out)?;
