@@ -935,6 +935,45 @@ pub fn instance_norm<B: Backend>(kit: &B) {
     }
 }
 
+/// AdaIN + Snake in one call equals the two ops one after the other, bit for bit (each op is
+/// checked against its f64 reference above), with and without affine and style, and it refuses
+/// an `alpha` shorter than the channels.
+pub fn instance_norm_snake<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(29);
+    for &(batch, n, c) in &[(1usize, 1usize, 3usize), (2, 37, 20), (1, 700, 7)] {
+        let x: Vec<f32> = rng.vec(batch * n * c).iter().enumerate().map(|(i, v)| v * 3.0 + (i % c) as f32).collect();
+        let (w, bvec, style) = (rng.vec(c), rng.vec(c), rng.vec(batch * 2 * c));
+        // α in [0.3, 1.7]: Snake's 1/α stays moderate, as a trained model's.
+        let alpha: Vec<f32> = rng.vec(c).iter().map(|v| 1.0 + 0.7 * v).collect();
+        let (xb, wb, bb, sb, ab) = (
+            kit.upload(&x).unwrap(),
+            kit.upload(&w).unwrap(),
+            kit.upload(&bvec).unwrap(),
+            kit.upload(&style).unwrap(),
+            kit.upload(&alpha).unwrap(),
+        );
+        let spec = InstanceNormSpec { batch, n, c, eps: 1e-5 };
+        let len = batch * n * c;
+        for (with_affine, with_style) in [(false, false), (true, true), (false, true)] {
+            let affine = with_affine.then_some((&wb, &bb));
+            let mut apart = kit.alloc(len).unwrap();
+            kit.instance_norm(&spec, &xb, affine, with_style.then_some(&sb), &mut apart).unwrap();
+            kit.snake(&mut apart, batch * n, c, &ab).unwrap();
+            let mut fused = guarded(kit, &vec![0.0; len]);
+            kit.instance_norm_snake(&spec, &xb, affine, with_style.then_some(&sb), &ab, &mut fused).unwrap();
+            let (apart, fused) = (kit.download(&apart).unwrap(), take(kit, &fused, len, "instance_norm_snake"));
+            let differ = apart.iter().zip(&fused).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(
+                differ, 0,
+                "instance_norm_snake {batch}×{n}×{c} affine={with_affine} style={with_style}: {differ} values differ from the two ops"
+            );
+        }
+        let short = kit.upload(&alpha[..c - 1]).unwrap();
+        let mut out = kit.alloc(len).unwrap();
+        assert!(kit.instance_norm_snake(&spec, &xb, None, None, &short, &mut out).is_err(), "an alpha of c - 1 values must be refused");
+    }
+}
+
 pub fn snake<B: Backend>(kit: &B) {
     let mut rng = Rng::new(24);
     let (rows, c) = (37, 21);
@@ -1254,7 +1293,7 @@ macro_rules! backend_suite {
             }
             backend_suite!(@tests gemm, layer_norm, adaln_modulate, gated_add, grn, split_heads_rope,
                 merge_heads, conv1d, activations, cfg_combine, axpy, mask_rows, concat_features, embedding,
-                polar_spectrum, conv_transpose1d, lstm, instance_norm, snake, upsample_nearest, interpolate_linear,
+                polar_spectrum, conv_transpose1d, lstm, instance_norm, instance_norm_snake, snake, upsample_nearest, interpolate_linear,
                 pad1d, cumsum, stft, istft, on_host_threads, buffers, refuses_short_buffers);
         }
     };

@@ -48,6 +48,16 @@ impl<B: Backend> AdaIn<B> {
         kit.instance_norm(&spec, x, self.affine.as_ref().map(|(w, b)| (w, b)), Some(&h), out)?;
         Ok(())
     }
+
+    /// [`AdaIn::apply`] then Snake with `alpha` on its output, in one kit op (one pass over the
+    /// output on the CPU).
+    pub(crate) fn apply_snake(&self, kit: &B, x: &B::Buf, n: usize, style: &B::Buf, alpha: &B::Buf, out: &mut B::Buf) -> Result<()> {
+        let mut h = kit.alloc(2 * self.c)?;
+        self.fc.apply(kit, style, 1, &mut h)?;
+        let spec = InstanceNormSpec { batch: 1, n, c: self.c, eps: NORM_EPS };
+        kit.instance_norm_snake(&spec, x, self.affine.as_ref().map(|(w, b)| (w, b)), Some(&h), alpha, out)?;
+        Ok(())
+    }
 }
 
 /// AdaLayerNorm: LayerNorm without affine, then `(1 + γ)·x + β` with `[γ, β] = fc(style)`.
@@ -238,11 +248,9 @@ impl<B: Backend> AdaInResBlock1<B> {
     pub(crate) fn apply_in_place(&self, kit: &B, x: &mut B::Buf, n: usize, style: &B::Buf, t: &mut B::Buf, u: &mut B::Buf) -> Result<()> {
         let c = self.c;
         for j in 0..self.convs1.len() {
-            self.adain1[j].apply(kit, x, n, style, t)?;
-            kit.snake(t, n, c, &self.alpha1[j])?;
+            self.adain1[j].apply_snake(kit, x, n, style, &self.alpha1[j], t)?;
             self.convs1[j].apply(kit, t, 1, n, u)?;
-            self.adain2[j].apply(kit, u, n, style, t)?;
-            kit.snake(t, n, c, &self.alpha2[j])?;
+            self.adain2[j].apply_snake(kit, u, n, style, &self.alpha2[j], t)?;
             self.convs2[j].apply(kit, t, 1, n, u)?;
             kit.axpy(1.0, u, x, n * c)?;
         }

@@ -73,6 +73,25 @@ impl CpuBackend {
         }
     }
 
+    /// [`Backend::instance_norm_snake`] with the given Snake row function (the f32 backend's
+    /// or the bf16 backend's), after both ops' checks.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn instance_norm_snake_with(
+        &self,
+        spec: &InstanceNormSpec,
+        x: &[f32],
+        affine: Option<(&[f32], &[f32])>,
+        style: Option<&[f32]>,
+        alpha: &[f32],
+        row: seq::SnakeRow,
+        out: &mut [f32],
+    ) -> Result<()> {
+        spec.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), out.len())?;
+        check::snake(spec.batch * spec.n, spec.c, out.len(), alpha.len())?;
+        self.run(|| seq::instance_norm_then(spec, x, affine, style, Some((alpha, row)), out));
+        Ok(())
+    }
+
     /// [`Backend::snake`] with `sin²` in f32 arithmetic (within 4e-7 of exact instead of the
     /// correctly rounded sine through f64): the bf16 backend's Snake, where the convolutions
     /// around it add far more.
@@ -515,6 +534,19 @@ impl Backend for CpuBackend {
         let affine = affine.map(|(w, b)| (w.as_slice(), b.as_slice()));
         self.run(|| seq::instance_norm(spec, x, affine, style.map(|s| s.as_slice()), out));
         Ok(())
+    }
+
+    fn instance_norm_snake(
+        &self,
+        spec: &InstanceNormSpec,
+        x: &Vec<f32>,
+        affine: Option<(&Vec<f32>, &Vec<f32>)>,
+        style: Option<&Vec<f32>>,
+        alpha: &Vec<f32>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let affine = affine.map(|(w, b)| (w.as_slice(), b.as_slice()));
+        self.instance_norm_snake_with(spec, x, affine, style.map(|s| s.as_slice()), alpha, simd::snake_row, out)
     }
 
     fn snake(&self, x: &mut Vec<f32>, rows: usize, c: usize, alpha: &Vec<f32>) -> Result<()> {

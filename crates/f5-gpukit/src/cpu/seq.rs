@@ -75,11 +75,32 @@ fn channel_sums(x: &[f32], c: usize, add: impl Fn(&mut [f64], &[f32]) + Sync) ->
     total
 }
 
+/// A Snake to apply to each row as it is written: `(α, the row function)`.
+pub type SnakeAfter<'a> = (&'a [f32], SnakeRow);
+
+/// One row of Snake: `(row, α, 1/α)`.
+pub type SnakeRow = fn(&mut [f32], &[f32], &[f32]);
+
 pub fn instance_norm(spec: &InstanceNormSpec, x: &[f32], affine: Option<(&[f32], &[f32])>, style: Option<&[f32]>, out: &mut [f32]) {
+    instance_norm_then(spec, x, affine, style, None, out);
+}
+
+/// [`instance_norm`], each output row then passed through `snake` while it is in cache (the
+/// same values as a separate Snake pass).
+pub fn instance_norm_then(
+    spec: &InstanceNormSpec,
+    x: &[f32],
+    affine: Option<(&[f32], &[f32])>,
+    style: Option<&[f32]>,
+    snake: Option<SnakeAfter<'_>>,
+    out: &mut [f32],
+) {
     let InstanceNormSpec { batch, n, c, eps } = *spec;
     if n == 0 || c == 0 {
         return;
     }
+    // 1/α once, as the separate Snake pass computes it.
+    let snake = snake.map(|(alpha, row)| (&alpha[..c], alpha[..c].iter().map(|&a| 1.0 / a).collect::<Vec<f32>>(), row));
     for b in 0..batch {
         let xb = &x[b * n * c..(b + 1) * n * c];
         // Per-channel statistics in f64, two passes: the mean first, then the biased variance
@@ -116,6 +137,9 @@ pub fn instance_norm(spec: &InstanceNormSpec, x: &[f32], affine: Option<(&[f32],
                 // Zipped rather than indexed, so the loop carries no bounds checks and vectorises.
                 for ((((o, &x), &m), &a), &d) in orow.iter_mut().zip(xrow).zip(&mean32).zip(&scale).zip(&shift) {
                     *o = (x - m) * a + d;
+                }
+                if let Some((alpha, inv_alpha, row)) = &snake {
+                    row(orow, alpha, inv_alpha);
                 }
             }
         });

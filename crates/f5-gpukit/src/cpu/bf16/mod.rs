@@ -613,6 +613,33 @@ impl Backend for CpuBf16Backend {
 
     /// Snake with `sin²` in f32 arithmetic (within 4e-7 of exact; the f32 backend rounds the
     /// sine correctly through f64, at about three times the cost).
+    fn instance_norm_snake(
+        &self,
+        spec: &InstanceNormSpec,
+        x: &CpuBuf,
+        affine: Option<(&CpuBuf, &CpuBuf)>,
+        style: Option<&CpuBuf>,
+        alpha: &CpuBuf,
+        out: &mut CpuBuf,
+    ) -> Result<()> {
+        let op = "instance_norm_snake";
+        let affine = match affine {
+            Some((w, b)) => Some((w.f32(op)?, b.f32(op)?)),
+            None => None,
+        };
+        let style = style.map(|s| s.f32(op)).transpose()?;
+        let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
+        self.f32.instance_norm_snake_with(
+            spec,
+            x,
+            affine.map(|(w, b)| (w.as_slice(), b.as_slice())),
+            style.map(|s| s.as_slice()),
+            alpha,
+            crate::cpu::simd::snake_row_f32,
+            out.f32_mut(op)?,
+        )
+    }
+
     fn snake(&self, x: &mut CpuBuf, rows: usize, c: usize, alpha: &CpuBuf) -> Result<()> {
         self.f32.snake_f32_sin(x.f32_mut("snake")?, rows, c, alpha.f32("snake")?)
     }
