@@ -73,22 +73,23 @@ impl CpuBackend {
         }
     }
 
-    /// [`Backend::instance_norm_snake`] with the given Snake row function (the f32 backend's
-    /// or the bf16 backend's), after both ops' checks.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn instance_norm_snake_with(
+    /// [`Backend::instance_norm`] on slices, each output row then through `snake` when given
+    /// (`(α, row function)`: the f32 backend's Snake or the bf16 backend's), after the checks of
+    /// both ops: the one body of `instance_norm` and `instance_norm_snake` on both CPU backends.
+    pub(crate) fn instance_norm_on(
         &self,
         spec: &InstanceNormSpec,
         x: &[f32],
         affine: Option<(&[f32], &[f32])>,
         style: Option<&[f32]>,
-        alpha: &[f32],
-        row: seq::SnakeRow,
+        snake: Option<seq::SnakeAfter<'_>>,
         out: &mut [f32],
     ) -> Result<()> {
         spec.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), out.len())?;
-        check::snake(spec.batch * spec.n, spec.c, out.len(), alpha.len())?;
-        self.run(|| seq::instance_norm_then(spec, x, affine, style, Some((alpha, row)), out));
+        if let Some((alpha, _)) = snake {
+            check::snake(spec.batch * spec.n, spec.c, out.len(), alpha.len())?;
+        }
+        self.run(|| seq::instance_norm(spec, x, affine, style, snake, out));
         Ok(())
     }
 
@@ -530,10 +531,8 @@ impl Backend for CpuBackend {
         style: Option<&Vec<f32>>,
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        spec.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), out.len())?;
         let affine = affine.map(|(w, b)| (w.as_slice(), b.as_slice()));
-        self.run(|| seq::instance_norm(spec, x, affine, style.map(|s| s.as_slice()), out));
-        Ok(())
+        self.instance_norm_on(spec, x, affine, style.map(|s| s.as_slice()), None, out)
     }
 
     fn instance_norm_snake(
@@ -546,7 +545,7 @@ impl Backend for CpuBackend {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let affine = affine.map(|(w, b)| (w.as_slice(), b.as_slice()));
-        self.instance_norm_snake_with(spec, x, affine, style.map(|s| s.as_slice()), alpha, simd::snake_row, out)
+        self.instance_norm_on(spec, x, affine, style.map(|s| s.as_slice()), Some((alpha, simd::snake_row)), out)
     }
 
     fn snake(&self, x: &mut Vec<f32>, rows: usize, c: usize, alpha: &Vec<f32>) -> Result<()> {

@@ -81,13 +81,9 @@ pub type SnakeAfter<'a> = (&'a [f32], SnakeRow);
 /// One row of Snake: `(row, α, 1/α)`.
 pub type SnakeRow = fn(&mut [f32], &[f32], &[f32]);
 
-pub fn instance_norm(spec: &InstanceNormSpec, x: &[f32], affine: Option<(&[f32], &[f32])>, style: Option<&[f32]>, out: &mut [f32]) {
-    instance_norm_then(spec, x, affine, style, None, out);
-}
-
-/// [`instance_norm`], each output row then passed through `snake` while it is in cache (the
-/// same values as a separate Snake pass).
-pub fn instance_norm_then(
+/// Instance norm with AdaIN's style (`Backend::instance_norm`), each output row then passed
+/// through `snake` when given, while it is in cache (the same values as a separate Snake pass).
+pub fn instance_norm(
     spec: &InstanceNormSpec,
     x: &[f32],
     affine: Option<(&[f32], &[f32])>,

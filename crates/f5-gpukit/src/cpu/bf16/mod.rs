@@ -32,6 +32,19 @@
 //! its int8 form after first use (`CpuBuf`'s second field), and a write to it drops that.
 
 pub(crate) mod attention;
+
+/// The f32 operands of an instance norm: the affine pair and the style, each optional.
+type NormOperands<'a> = (Option<(&'a [f32], &'a [f32])>, Option<&'a [f32]>);
+
+/// [`NormOperands`] read from the backend's buffers (refusing a bf16 one for `op`).
+fn norm_operands<'a>(op: &'static str, affine: Option<(&'a CpuBuf, &'a CpuBuf)>, style: Option<&'a CpuBuf>) -> Result<NormOperands<'a>> {
+    let affine = match affine {
+        Some((w, b)) => Some((w.f32(op)?.as_slice(), b.f32(op)?.as_slice())),
+        None => None,
+    };
+    Ok((affine, style.map(|s| s.f32(op).map(|v| v.as_slice())).transpose()?))
+}
+
 #[cfg(test)]
 mod attention_tests;
 pub(crate) mod conv;
@@ -602,17 +615,10 @@ impl Backend for CpuBf16Backend {
         style: Option<&CpuBuf>,
         out: &mut CpuBuf,
     ) -> Result<()> {
-        let op = "instance_norm";
-        let affine = match affine {
-            Some((w, b)) => Some((w.f32(op)?, b.f32(op)?)),
-            None => None,
-        };
-        let style = style.map(|s| s.f32(op)).transpose()?;
-        self.f32.instance_norm(spec, x.f32(op)?, affine, style, out.f32_mut(op)?)
+        let (affine, style) = norm_operands("instance_norm", affine, style)?;
+        self.f32.instance_norm_on(spec, x.f32("instance_norm")?, affine, style, None, out.f32_mut("instance_norm")?)
     }
 
-    /// Snake with `sin²` in f32 arithmetic (within 4e-7 of exact; the f32 backend rounds the
-    /// sine correctly through f64, at about three times the cost).
     fn instance_norm_snake(
         &self,
         spec: &InstanceNormSpec,
@@ -623,23 +629,13 @@ impl Backend for CpuBf16Backend {
         out: &mut CpuBuf,
     ) -> Result<()> {
         let op = "instance_norm_snake";
-        let affine = match affine {
-            Some((w, b)) => Some((w.f32(op)?, b.f32(op)?)),
-            None => None,
-        };
-        let style = style.map(|s| s.f32(op)).transpose()?;
+        let (affine, style) = norm_operands(op, affine, style)?;
         let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
-        self.f32.instance_norm_snake_with(
-            spec,
-            x,
-            affine.map(|(w, b)| (w.as_slice(), b.as_slice())),
-            style.map(|s| s.as_slice()),
-            alpha,
-            crate::cpu::simd::snake_row_f32,
-            out.f32_mut(op)?,
-        )
+        self.f32.instance_norm_on(spec, x, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32)), out.f32_mut(op)?)
     }
 
+    /// Snake with `sin²` in f32 arithmetic (within 4e-7 of exact; the f32 backend rounds the
+    /// sine correctly through f64, at about three times the cost).
     fn snake(&self, x: &mut CpuBuf, rows: usize, c: usize, alpha: &CpuBuf) -> Result<()> {
         self.f32.snake_f32_sin(x.f32_mut("snake")?, rows, c, alpha.f32("snake")?)
     }
