@@ -95,27 +95,28 @@ impl SineSource {
         // transposed `[1, 9, L]` tensor: PyTorch fills it with its serial normal path in memory
         // order — harmonic 0's whole track first, so noise[t, k] is draw[k·L + t].
         let noise_draw = rng.randn_serial(len * HARMONICS);
+        let amplitude = |t: usize| {
+            let voiced = if f0[t / up] > VOICED_THRESHOLD { 1.0f32 } else { 0.0 };
+            (voiced, voiced * NOISE_STD + (1.0 - voiced) * SINE_AMP / 3.0)
+        };
         let mut uv = vec![0.0f32; len];
-        let mut noise = vec![0.0f32; len * HARMONICS];
+        // The sines are written over their phases (`phase_up` is spent once read); the scaled
+        // noise is kept only for a trace, which forms it again below: the forward itself needs
+        // just the merged `har`, so it holds no `[L, 9]` noise buffer.
         let mut sines = phase_up;
         let mut har = vec![0.0f32; len];
-        let wide = HARMONICS * ROWS_PER_TASK;
         har.par_chunks_mut(ROWS_PER_TASK)
             .zip(uv.par_chunks_mut(ROWS_PER_TASK))
-            .zip(noise.par_chunks_mut(wide).zip(sines.par_chunks_mut(wide)))
+            .zip(sines.par_chunks_mut(HARMONICS * ROWS_PER_TASK))
             .enumerate()
-            .for_each(|(blk, ((har, uv), (noise, sines)))| {
-                for (i, ((h, u), (nrow, srow))) in
-                    har.iter_mut().zip(uv.iter_mut()).zip(noise.chunks_mut(HARMONICS).zip(sines.chunks_mut(HARMONICS))).enumerate()
-                {
+            .for_each(|(blk, ((har, uv), sines))| {
+                for (i, ((h, u), srow)) in har.iter_mut().zip(uv.iter_mut()).zip(sines.chunks_mut(HARMONICS)).enumerate() {
                     let t = blk * ROWS_PER_TASK + i;
-                    let voiced = if f0[t / up] > VOICED_THRESHOLD { 1.0f32 } else { 0.0 };
+                    let (voiced, amp) = amplitude(t);
                     *u = voiced;
-                    let amp = voiced * NOISE_STD + (1.0 - voiced) * SINE_AMP / 3.0;
                     let mut acc = 0.0f32;
                     for k in 0..HARMONICS {
                         let n = amp * noise_draw[k * len + t];
-                        nrow[k] = n;
                         let s = srow[k].sin() * SINE_AMP;
                         let s = s * voiced + n;
                         srow[k] = s;
@@ -125,6 +126,16 @@ impl SineSource {
                 }
             });
         if let Some(slot) = trace {
+            let mut noise = vec![0.0f32; len * HARMONICS];
+            noise.par_chunks_mut(HARMONICS * ROWS_PER_TASK).enumerate().for_each(|(blk, rows)| {
+                for (i, row) in rows.chunks_mut(HARMONICS).enumerate() {
+                    let t = blk * ROWS_PER_TASK + i;
+                    let amp = amplitude(t).1;
+                    for (k, n) in row.iter_mut().enumerate() {
+                        *n = amp * noise_draw[k * len + t];
+                    }
+                }
+            });
             *slot = Some(SourceTrace { sine_waves: sines, uv, noise });
         }
         Ok(har)
