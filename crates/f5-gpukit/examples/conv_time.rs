@@ -1,6 +1,7 @@
 //! Throughput of the CPU backend's dense 1-D convolution, f32 (`CpuBackend`) against bf16
 //! filters (`CpuBf16Backend`, AVX-512 BF16) and int8 (`CpuBf16Backend::with_int8_convs`, AVX-512
-//! VNNI; the int8 column is left out on a CPU without it), on the shapes Kokoro-82M's generator and decoder
+//! VNNI; the int8 column is left out on a CPU without it; where the CPU has AMX tiles, "int8" is
+//! the VNNI kernel and "amx" the tiles), on the shapes Kokoro-82M's generator and decoder
 //! spend their time in: channels-last input, 'same' padding, 128 channels at k3/k7/k11 with
 //! dilations 1/3/5 over long inputs, 256 channels over shorter ones, 512/1024 channels at k3.
 //!
@@ -64,17 +65,21 @@ fn main() -> AnyResult<()> {
     }
     let f32_kit = CpuBackend::with_threads(threads)?;
     let bf16_kit = CpuBf16Backend::with_threads(threads)?;
-    let int8_kit = match CpuBf16Backend::with_int8_convs(threads) {
-        Ok(kit) => Some(kit),
+    let (int8_kit, amx_kit) = match CpuBf16Backend::with_int8_convs(threads) {
+        Ok(kit) if kit.amx_convs() => (Some(kit.clone().without_amx()), Some(kit)),
+        Ok(kit) => {
+            println!("amx not run: no AMX tiles on this CPU (or F5_CPU_AMX=off)");
+            (Some(kit), None)
+        }
         Err(e) => {
             println!("int8 not run: {e}");
-            None
+            (None, None)
         }
     };
     println!("{threads} threads; GFLOP/s = 2·rows·c_out·K·c_in / best time; speed-ups against f32");
     println!(
-        "{:<28} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11} {:>11}",
-        "conv (c, K, dilation, rows)", "f32", "bf16", "int8", "bf16 ×", "int8 ×", "rel-L2 bf16", "rel-L2 int8"
+        "{:<28} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11} {:>11}",
+        "conv (c, K, dilation, rows)", "f32", "bf16", "int8", "amx", "bf16 ×", "int8 ×", "amx ×", "rel-L2 bf16", "rel-L2 int8"
     );
     // (channels, kernel, dilation, rows): the generator's resblocks at the two upsampled rates,
     // the decoder's wide k3 convs.
@@ -110,12 +115,19 @@ fn main() -> AnyResult<()> {
             Some(kit) => Some((kit, kit.upload(&x)?, kit.upload_weight_int8(&w)?, kit.upload(&b)?, kit.alloc(n_y)?)),
             None => None,
         };
-        let (mut t32, mut t16, mut t8) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+        let mut amx = match &amx_kit {
+            Some(kit) => Some((kit, kit.upload(&x)?, kit.upload_weight_int8(&w)?, kit.upload(&b)?, kit.alloc(n_y)?)),
+            None => None,
+        };
+        let (mut t32, mut t16, mut t8, mut tx) = (f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY);
         for _ in 0..rounds {
             t32 = t32.min(best_of(min_seconds, || Ok(f32_kit.conv1d(&spec, &xa, &wa, Some(&ba), &mut ya)?))?);
             t16 = t16.min(best_of(min_seconds, || Ok(bf16_kit.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb)?))?);
             if let Some((kit, xi, wi, bi, yi)) = &mut int8 {
                 t8 = t8.min(best_of(min_seconds, || Ok(kit.conv1d(&spec, xi, wi, Some(bi), yi)?))?);
+            }
+            if let Some((kit, xi, wi, bi, yi)) = &mut amx {
+                tx = tx.min(best_of(min_seconds, || Ok(kit.conv1d(&spec, xi, wi, Some(bi), yi)?))?);
             }
         }
         let y32 = f32_kit.download(&ya)?;
@@ -129,15 +141,23 @@ fn main() -> AnyResult<()> {
             Some((kit, _, _, _, yi)) => rel_l2(&kit.download(yi)?),
             None => f64::NAN,
         };
+        // The tiles compute the VNNI kernel's arithmetic exactly: any difference is a fault.
+        if let (Some((kit8, _, _, _, y8)), Some((kitx, _, _, _, yx))) = (&int8, &amx) {
+            if kit8.download(y8)? != kitx.download(yx)? {
+                return Err(format!("{name}: the AMX and VNNI int8 outputs differ").into());
+            }
+        }
         let flops = 2.0 * (spec.n_out() * c * kernel * c) as f64;
         println!(
-            "{:<28} {:>8.1} {:>8.1} {:>8.1} {:>7.2}× {:>7.2}× {:>11.2e} {:>11.2e}",
+            "{:<28} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.2}× {:>7.2}× {:>7.2}× {:>11.2e} {:>11.2e}",
             name,
             flops / t32 / 1e9,
             flops / t16 / 1e9,
             flops / t8 / 1e9,
+            flops / tx / 1e9,
             t32 / t16,
             t32 / t8,
+            t32 / tx,
             e16,
             e8
         );

@@ -36,7 +36,7 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
 
 /// The input row that tap `k` of output row `t` reads, or `None` where it falls on zero padding.
 #[inline]
-fn source_row(spec: &Conv1dSpec, t: usize, k: usize) -> Option<usize> {
+pub(crate) fn source_row(spec: &Conv1dSpec, t: usize, k: usize) -> Option<usize> {
     spec.pad_mode.source(t * spec.stride + k * spec.dilation, spec.pad, spec.n)
 }
 

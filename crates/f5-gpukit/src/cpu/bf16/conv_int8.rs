@@ -33,6 +33,7 @@
 
 use rayon::prelude::*;
 
+use super::conv_int8_amx::{self as amx, AmxInt8};
 use super::gemm::{from_bf16, NR};
 use crate::cpu::conv::{padded_row_len, rows_read, tap_offsets};
 use crate::cpu::scratch::{with_scratch, with_scratch_u32, with_scratch_usize};
@@ -44,7 +45,7 @@ use crate::spec::Conv1dSpec;
 pub(crate) const MR: usize = 6;
 
 /// The byte a zero activation is stored as (`q_x + 128` with `q_x = 0`), four to a dword.
-const ZERO_QUAD: u32 = 0x8080_8080;
+pub(crate) const ZERO_QUAD: u32 = 0x8080_8080;
 
 /// The bf16 copy's budget in [`super::conv`] is 256 KiB of input rows per task; a byte per
 /// value here, so the same number of rows fits in half the space.
@@ -53,14 +54,32 @@ const X_BLOCK_BYTES: usize = 128 * 1024;
 /// Longest `K·c_in` whose i32 sums cannot overflow (`4·255·127` per dword step, below 2³¹).
 const MAX_TERMS: usize = 4 * ((i32::MAX as usize) / (4 * 255 * 127));
 
-/// Proof that this CPU executes AVX-512 F and AVX-512 VNNI: only [`Avx512Vnni::detect`] makes
-/// one, so holding it makes the `target_feature` calls below sound.
+/// Proof that this CPU executes AVX-512 F and AVX-512 VNNI, and, where it holds an [`AmxInt8`],
+/// that the AMX tiles may run the convolutions that [fit](amx::fits) them: only
+/// [`Avx512Vnni::detect`] makes one, so holding it makes the `target_feature` calls below sound.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Avx512Vnni(());
+pub(crate) struct Avx512Vnni {
+    amx: Option<AmxInt8>,
+}
 
 impl Avx512Vnni {
-    /// `Err(name of the missing extension)` where the CPU cannot run the int8 kernel.
+    /// `Err(name of the missing extension)` where the CPU cannot run the int8 kernel; with the
+    /// AMX tiles where [`AmxInt8::detect`] finds them.
     pub(crate) fn detect() -> Result<Self, &'static str> {
+        Self::detect_vnni().map(|_| Avx512Vnni { amx: AmxInt8::detect().ok() })
+    }
+
+    /// The same proof without the tiles: every convolution on the AVX-512 VNNI kernel.
+    pub(crate) fn without_amx(self) -> Self {
+        Avx512Vnni { amx: None }
+    }
+
+    /// Whether convolutions that fit the tiles run on them.
+    pub(crate) fn amx(&self) -> bool {
+        self.amx.is_some()
+    }
+
+    fn detect_vnni() -> Result<Self, &'static str> {
         #[cfg(target_arch = "x86_64")]
         {
             if !std::arch::is_x86_feature_detected!("avx512f") {
@@ -69,7 +88,7 @@ impl Avx512Vnni {
             if !std::arch::is_x86_feature_detected!("avx512vnni") {
                 return Err("avx512_vnni");
             }
-            Ok(Avx512Vnni(()))
+            Ok(Avx512Vnni { amx: None })
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -148,6 +167,11 @@ impl PackedFilters {
         PackedFilters { shape: (c_out, c_in, kernel), panels, correction, w_scale }
     }
 
+    /// The panels, the corrections (`[K][cols]`) and the steps (`cols`).
+    pub(crate) fn parts(&self) -> (&[u32], &[i32], &[f32]) {
+        (&self.panels, &self.correction, &self.w_scale)
+    }
+
     /// Whether this bank was packed for the filters of `spec`.
     pub(crate) fn fits(&self, spec: &Conv1dSpec) -> bool {
         self.shape == (spec.c_out, spec.c_in, spec.kernel)
@@ -164,22 +188,36 @@ pub(crate) fn conv1d_dense(cpu: Avx512Vnni, spec: &Conv1dSpec, x: &[f32], w: &Pa
     if n_out == 0 || c_out == 0 {
         return;
     }
-    let rb = rows_per_block(spec, rayon::current_num_threads());
+    let tiles = cpu.amx.filter(|_| amx::fits(spec));
+    let rb = rows_per_block(spec, rayon::current_num_threads(), if tiles.is_some() { amx::MR } else { 2 * MR });
+    let convert =
+        |x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32], steps: &mut [f32]| convert_rows(cpu, x, c_in, row_len, dst, steps);
     for b in 0..batch {
         let xb = &x[b * n * c_in..(b + 1) * n * c_in];
         let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
-        yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| conv_block(cpu, spec, xb, w, bias, blk * rb, yblk));
+        match tiles {
+            #[cfg(target_arch = "x86_64")]
+            Some(tiles) => {
+                let filters = amx::Filters::of(w);
+                yb.par_chunks_mut(rb * c_out)
+                    .enumerate()
+                    .for_each(|(blk, yblk)| amx::conv_block(tiles, convert, spec, xb, &filters, bias, blk * rb, yblk));
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Some(_) => unreachable!("AMX token off x86-64"),
+            None => yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| conv_block(cpu, spec, xb, w, bias, blk * rb, yblk)),
+        }
     }
 }
 
-/// Output rows per task: a multiple of [`MR`] whose input rows fit [`X_BLOCK_BYTES`] as bytes,
-/// and few enough that every thread gets about four blocks.
-fn rows_per_block(spec: &Conv1dSpec, threads: usize) -> usize {
+/// Output rows per task: a multiple of `multiple` (whole tiles) whose input rows fit
+/// [`X_BLOCK_BYTES`] as bytes, and few enough that every thread gets about four blocks.
+fn rows_per_block(spec: &Conv1dSpec, threads: usize, multiple: usize) -> usize {
     let row_bytes = 4 * spec.c_in.div_ceil(4).max(1);
     let reach = spec.dilation * spec.kernel.saturating_sub(1);
     let fit = (X_BLOCK_BYTES / row_bytes).saturating_sub(reach) / spec.stride.max(1);
     let share = spec.n_out().div_ceil(4 * threads.max(1));
-    fit.min(share).div_ceil(2 * MR).max(1) * 2 * MR
+    fit.min(share).div_ceil(multiple).max(1) * multiple
 }
 
 /// Output channels `j0..j0 + NR`: quantises each channel's filter with its own scale, writes the

@@ -22,7 +22,8 @@ use crate::{Backend, CpuBackend};
 fn kernel_available(test: &str) -> Option<Avx512Vnni> {
     match Avx512Vnni::detect() {
         Ok(cpu) => {
-            println!("{test}: AVX-512 VNNI kernel ran");
+            let tiles = if cpu.amx() { "and the AMX tiles" } else { "(no AMX tiles here)" };
+            println!("{test}: AVX-512 VNNI kernel {tiles} ran");
             Some(cpu)
         }
         Err(missing) => {
@@ -30,6 +31,32 @@ fn kernel_available(test: &str) -> Option<Avx512Vnni> {
             None
         }
     }
+}
+
+/// Every kernel this CPU runs: the VNNI one, and the AMX one where the tiles are there.
+fn kernels(cpu: Avx512Vnni) -> Vec<Avx512Vnni> {
+    if cpu.amx() {
+        vec![cpu, cpu.without_amx()]
+    } else {
+        vec![cpu]
+    }
+}
+
+/// Shapes whose input channels fill whole AMX tiles (multiples of 64): padding at both ends,
+/// partial row tiles and panels, a stride (rows not consecutive), reflection, a batch, fewer
+/// rows than one tile.
+fn tile_shapes() -> Vec<Conv1dSpec> {
+    let s = |batch, n, c_in, c_out, kernel, stride, dilation, pad| {
+        Conv1dSpec::new(batch, n, c_in, c_out, kernel).stride(stride).dilation(dilation).pad(pad)
+    };
+    vec![
+        s(2, 137, 64, 40, 7, 1, 3, 9),
+        s(1, 300, 128, 96, 3, 1, 5, 5),
+        s(1, 61, 192, 33, 3, 2, 1, 1),
+        s(1, 90, 64, 17, 5, 1, 1, 2).pad_mode(PadMode::Reflect),
+        s(1, 20, 256, 8, 11, 1, 1, 5),
+        s(1, 700, 512, 64, 1, 1, 1, 0),
+    ]
 }
 
 fn bf16_bits(w: &[f32]) -> Vec<u16> {
@@ -156,15 +183,21 @@ fn violations(got: &[f32], want: &[f64], bound: &[f64]) -> usize {
 #[test]
 fn kernel_matches_the_exact_reference_bit_for_bit_on_any_thread_count() {
     let Some(cpu) = kernel_available("int8 conv1d vs exact reference") else { return };
-    for (i, spec) in shapes().into_iter().enumerate() {
+    for (i, spec) in shapes().into_iter().chain(tile_shapes()).enumerate() {
         let (x, mut w, bias) = data(&spec, 0x1a8 + i as u64);
         spread_filters(&spec, &mut w);
         for bias in [Some(&bias[..]), None] {
             let want = run_reference(&spec, &x, &w, bias);
-            for threads in [1, 3] {
-                let got = run_kernel(cpu, &spec, &x, &w, bias, threads);
+            for (kernel, threads) in kernels(cpu).into_iter().flat_map(|k| [(k, 1), (k, 3)]) {
+                let got = run_kernel(kernel, &spec, &x, &w, bias, threads);
                 let off = got.iter().zip(&want).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
-                assert_eq!(off, 0, "{spec:?} threads {threads} bias {}: {off} outputs differ from the reference", bias.is_some());
+                let tiles = kernel.amx() && super::amx::fits(&spec);
+                assert_eq!(
+                    off,
+                    0,
+                    "{spec:?} AMX {tiles} threads {threads} bias {}: {off} outputs differ from the reference",
+                    bias.is_some()
+                );
             }
         }
     }

@@ -49,6 +49,7 @@ fn norm_operands<'a>(op: &'static str, affine: Option<(&'a CpuBuf, &'a CpuBuf)>,
 mod attention_tests;
 pub(crate) mod conv;
 pub(crate) mod conv_int8;
+pub(crate) mod conv_int8_amx;
 pub(crate) mod conv_transpose;
 #[cfg(test)]
 mod conv_transpose_tests;
@@ -291,6 +292,20 @@ impl CpuBf16Backend {
     /// Whether dense convolutions with bf16 filters run in int8 ([`CpuBf16Backend::with_int8_convs`]).
     pub fn int8_convs(&self) -> bool {
         self.int8.is_some()
+    }
+
+    /// Whether the int8 convolutions whose input channels come in multiples of 64 run on the AMX
+    /// tiles (`tdpbusd`; same results bit for bit as the AVX-512 VNNI kernel). They do where the
+    /// CPU has AMX-TILE and AMX-INT8, Linux grants the tile state, and the environment does not
+    /// set `F5_CPU_AMX=off`.
+    pub fn amx_convs(&self) -> bool {
+        self.int8.is_some_and(|v| v.amx())
+    }
+
+    /// This backend with every int8 convolution on the AVX-512 VNNI kernel, never the AMX tiles:
+    /// to compare the two on one machine.
+    pub fn without_amx(self) -> Self {
+        CpuBf16Backend { int8: self.int8.map(|v| v.without_amx()), ..self }
     }
 
     /// Threads the ops run on.
