@@ -5,6 +5,7 @@ mod batch_cmd;
 mod chunks_cmd;
 mod config;
 mod limits;
+mod memory;
 mod model_args;
 mod npy;
 mod phonemes_cmd;
@@ -266,7 +267,10 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Synth(args) => synth_cmd::run(*args),
+        Command::Synth(args) => {
+            memory::return_large_blocks_to_the_system();
+            synth_cmd::run(*args)
+        }
         Command::Batch(args) => batch_cmd::run(*args),
         Command::Models(ModelsCommand::Inspect { name, json }) => inspect(&name, json),
         Command::Models(ModelsCommand::List { all }) => models_list(all),
