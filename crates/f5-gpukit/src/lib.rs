@@ -230,6 +230,16 @@ pub trait Backend: Send + Sync {
     fn upload_weight_int8(&self, data: &[f32]) -> Result<Self::Buf> {
         self.upload_weight(data)
     }
+    /// Uploads the filter bank `[c_out, c_in, K]` of the dense convolution `spec` (its batch and
+    /// length do not matter) for int8 as [`Backend::upload_weight_int8`] does, where a backend
+    /// may keep only the int8 form because it knows the shape now (the CPU bf16 backend's int8
+    /// mode: one byte a value instead of bf16's two plus the int8 copy). Such a buffer is
+    /// read-only: writes and fills are refused, reads give the values it computes with, and only
+    /// `conv1d` of that shape takes it. Defaults to [`Backend::upload_weight_int8`].
+    fn upload_conv_filters_int8(&self, data: &[f32], spec: &Conv1dSpec) -> Result<Self::Buf> {
+        let _ = spec;
+        self.upload_weight_int8(data)
+    }
     /// Uploads model weights whose products must stay f32 (layers measured to need more than
     /// bf16's 8 bits) but whose storage may be compact: a backend may keep them as IEEE f16 (11
     /// significant bits, the rounding of `torch.Tensor.half()`) and widen them to f32 for each op

@@ -470,6 +470,7 @@ pub fn conv1d<B: Backend>(kit: &B) {
             &mut rng,
             [spec.batch * spec.n * spec.c_in, w_len, spec.c_out],
             terms,
+            Some(&spec),
             &format!("conv1d {spec:?}"),
             |x, w, bias| ref_conv(&spec, x, w, bias),
             |x, w, bias, y| kit.conv1d(&spec, x, w, bias, y).unwrap(),
@@ -730,6 +731,7 @@ pub fn conv_transpose1d<B: Backend>(kit: &B) {
             &mut rng,
             [spec.batch * spec.n * spec.c_in, w_len, spec.c_out],
             terms,
+            None,
             &format!("conv_transpose1d {spec:?}"),
             |x, w, bias| ref_conv_transpose(&spec, x, w, bias),
             |x, w, bias, y| kit.conv_transpose1d(&spec, x, w, bias, y).unwrap(),
@@ -740,29 +742,34 @@ pub fn conv_transpose1d<B: Backend>(kit: &B) {
 /// One convolution case with random input, filters and bias (`lens`), the filters uploaded as a
 /// plain buffer, as a weight (`upload_weight`: bf16 on the bf16 CPU backend, where dense
 /// convolutions and transposed convolutions then run on the bf16 kernels) and as an int8-capable
-/// weight (`upload_weight_int8`: dense convolutions in int8 in that backend's int8 mode), with and
-/// without the bias, against the f64 reference. Each output sums `terms` products of magnitude
+/// weight (`upload_weight_int8`: dense convolutions in int8 in that backend's int8 mode) and, for
+/// a convolution (`conv`), as int8 filters for its shape (`upload_conv_filters_int8`: held only in
+/// int8 there, the same arithmetic), with and without the bias, against the f64 reference. Each output sums `terms` products of magnitude
 /// ≤ 1: f32 errs by ≲ 2e-6 per term in any order; with a bf16 weight both operands may be rounded
 /// to bf16 (a product off by < 2⁻⁷ of itself); in int8 each operand is within half a step (1/254
 /// of its row's or filter's largest magnitude, ≤ 1) of its value after the filter's bf16
 /// rounding, so a product is off by < 1/254 + 1/254 + 2⁻⁹ + 1/254² < 1e-2. A wrong tap or channel
 /// is off by O(1).
+#[allow(clippy::too_many_arguments)]
 fn check_filters_as_buffer_and_weight<B: Backend>(
     kit: &B,
     rng: &mut Rng,
     lens: [usize; 3],
     terms: f64,
+    conv: Option<&Conv1dSpec>,
     what: &str,
     reference: impl Fn(&[f32], &[f32], Option<&[f32]>) -> Vec<f64>,
     run: impl Fn(&B::Buf, &B::Buf, Option<&B::Buf>, &mut B::Buf),
 ) {
     let (x, w, bias) = (rng.vec(lens[0]), rng.vec(lens[1]), rng.vec(lens[2]));
     let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&bias).unwrap());
-    for upload in ["buffer", "weight", "int8 weight", "compact weight"] {
-        let wb = match upload {
-            "buffer" => kit.upload(&w).unwrap(),
-            "weight" => kit.upload_weight(&w).unwrap(),
-            "int8 weight" => kit.upload_weight_int8(&w).unwrap(),
+    let int8_filters = conv.map(|_| "int8 filters");
+    for upload in ["buffer", "weight", "int8 weight", "compact weight"].into_iter().chain(int8_filters) {
+        let wb = match (upload, conv) {
+            ("buffer", _) => kit.upload(&w).unwrap(),
+            ("weight", _) => kit.upload_weight(&w).unwrap(),
+            ("int8 weight", _) => kit.upload_weight_int8(&w).unwrap(),
+            ("int8 filters", Some(spec)) => kit.upload_conv_filters_int8(&w, spec).unwrap(),
             _ => kit.upload_weight_compact(&w).unwrap(),
         };
         // A compact weight computes in f32 on the values it stores (f16 on the bf16 CPU

@@ -85,13 +85,16 @@ pub struct Conv1d<B: Backend> {
     pub spec: Conv1dSpec,
 }
 
+/// How [`Conv1d::load_through`] uploads a filter bank (the spec for uploads that pack for it).
+type UploadFilters<B> = fn(&Scope<'_>, &B, &[f32], &Conv1dSpec) -> Result<<B as Backend>::Buf>;
+
 impl<B: Backend> Conv1d<B> {
     /// `name.weight` `[c_out, c_in/groups, kernel]` (or `weight_g`/`weight_v`) and, with
     /// `bias`, `name.bias`. `spec` gives everything but the batch and length.
     /// The filters compute in f32 ([`Scope::upload_f32_weight`]: f16-stored under
     /// `WeightStorage::F32Compact`).
     pub fn load(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
-        Self::load_through(w, kit, name, spec, bias, |s, kit, data| s.upload_f32_weight(kit, data))
+        Self::load_through(w, kit, name, spec, bias, |s, kit, data, _| s.upload_f32_weight(kit, data))
     }
 
     /// As [`Conv1d::load`], but the filters go through [`Backend::upload_weight`], as a
@@ -100,30 +103,24 @@ impl<B: Backend> Conv1d<B> {
     /// convolutions whose cost that cuts; small or precision-critical ones stay on `load`.
     /// Under `WeightStorage::F32`/`F32Compact` they go up as [`Conv1d::load`]'s do.
     pub fn load_weight(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
-        Self::load_through(w, kit, name, spec, bias, |s, kit, data| s.upload_gemm_weight(kit, data))
+        Self::load_through(w, kit, name, spec, bias, |s, kit, data, _| s.upload_gemm_weight(kit, data))
     }
 
-    /// As [`Conv1d::load_weight`], through [`Backend::upload_weight_int8`]: a backend with an int8
-    /// mode (`CpuBf16Backend::with_int8_convs`) computes this convolution in int8 with per-row
-    /// activation scales. Only for convolutions whose inputs were measured to tolerate that.
+    /// As [`Conv1d::load_weight`], through [`Backend::upload_conv_filters_int8`]: a backend with
+    /// an int8 mode (`CpuBf16Backend::with_int8_convs`) computes this convolution in int8 with
+    /// per-row activation scales and may keep the filters in int8 only (read-only). Only for
+    /// convolutions whose inputs were measured to tolerate that.
     pub fn load_weight_int8(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
-        Self::load_through(w, kit, name, spec, bias, |s, kit, data| s.upload_gemm_weight_int8(kit, data))
+        Self::load_through(w, kit, name, spec, bias, |s, kit, data, spec| s.upload_conv_filters_int8(kit, data, spec))
     }
 
     /// The filters `[c_out, c_in/groups, kernel]` uploaded by `upload`, and the bias.
-    fn load_through(
-        w: &mut Scope<'_>,
-        kit: &B,
-        name: &str,
-        spec: Conv1dSpec,
-        bias: bool,
-        upload: fn(&Scope<'_>, &B, &[f32]) -> Result<B::Buf>,
-    ) -> Result<Self> {
+    fn load_through(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool, upload: UploadFilters<B>) -> Result<Self> {
         let mut s = w.scope(name);
         let groups = spec.groups.max(1);
         let weight = s.host_normed("weight", &[spec.c_out, spec.c_in / groups, spec.kernel])?;
         let bias = if bias { Some(s.tensor(kit, "bias", &[spec.c_out])?) } else { None };
-        Ok(Conv1d { weight: upload(&s, kit, &weight)?, bias, spec })
+        Ok(Conv1d { weight: upload(&s, kit, &weight, &spec)?, bias, spec })
     }
 
     /// Output rows for an input of `n` rows.

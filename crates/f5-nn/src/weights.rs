@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use f5_gpukit::Backend;
+use f5_gpukit::{Backend, Conv1dSpec};
 use f5_torchpt::Checkpoint;
 
 use crate::{NnError, Result};
@@ -258,6 +258,15 @@ impl Scope<'_> {
     pub fn upload_gemm_weight_int8<B: Backend>(&self, kit: &B, data: &[f32]) -> Result<B::Buf> {
         match self.w.storage {
             WeightStorage::Fast => Ok(kit.upload_weight_int8(data)?),
+            _ => self.upload_f32_weight(kit, data),
+        }
+    }
+
+    /// A dense convolution's filters for `spec` through [`Backend::upload_conv_filters_int8`]
+    /// under [`WeightStorage::Fast`]; otherwise as [`Scope::upload_f32_weight`] uploads.
+    pub fn upload_conv_filters_int8<B: Backend>(&self, kit: &B, data: &[f32], spec: &Conv1dSpec) -> Result<B::Buf> {
+        match self.w.storage {
+            WeightStorage::Fast => Ok(kit.upload_conv_filters_int8(data, spec)?),
             _ => self.upload_f32_weight(kit, data),
         }
     }

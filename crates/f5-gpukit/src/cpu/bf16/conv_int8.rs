@@ -172,6 +172,30 @@ impl PackedFilters {
         (&self.panels, &self.correction, &self.w_scale)
     }
 
+    /// `(c_out, c_in, kernel)` the bank was packed for.
+    pub(crate) fn shape(&self) -> (usize, usize, usize) {
+        self.shape
+    }
+
+    /// Values in the bank: `c_out · c_in · kernel`.
+    pub(crate) fn len(&self) -> usize {
+        self.shape.0 * self.shape.1 * self.shape.2
+    }
+
+    /// Values `offset..offset + out.len()` of the `[c_out, c_in, K]` filters as the kernel
+    /// computes with them: `q_w · s_w` (within half a step of the bf16 filters). The range must
+    /// lie within [`PackedFilters::len`].
+    pub(crate) fn dequantize_into(&self, offset: usize, out: &mut [f32]) {
+        let (_, c_in, kernel) = self.shape;
+        let quads = c_in.div_ceil(4);
+        let panel_len = kernel * quads * NR;
+        for (e, o) in (offset..).zip(out.iter_mut()) {
+            let (co, ci, k) = (e / (c_in * kernel), e / kernel % c_in, e % kernel);
+            let dword = self.panels[co / NR * panel_len + (k * quads + ci / 4) * NR + co % NR];
+            *o = (dword >> (8 * (ci % 4))) as u8 as i8 as f32 * self.w_scale[co];
+        }
+    }
+
     /// Whether this bank was packed for the filters of `spec`.
     pub(crate) fn fits(&self, spec: &Conv1dSpec) -> bool {
         self.shape == (spec.c_out, spec.c_in, spec.kernel)

@@ -15,7 +15,7 @@
 use super::{conv1d_dense, reference, scales, supports, Avx512Vnni, PackedFilters, MAX_TERMS};
 use crate::cpu::bf16::conv::tests::{conv_f64, data, shapes};
 use crate::cpu::bf16::gemm::{from_bf16, to_bf16};
-use crate::cpu::bf16::CpuBf16Backend;
+use crate::cpu::bf16::{CpuBf16Backend, CpuBuf};
 use crate::spec::{Conv1dSpec, PadMode};
 use crate::{Backend, CpuBackend};
 
@@ -299,4 +299,58 @@ fn backend_in_int8_mode_runs_dense_bf16_filters_on_the_int8_kernel_and_the_rest_
     let mut yf = vec![0.0; spec.n_out() * spec.c_out];
     f32k.conv1d(&spec, &x, &rounded, Some(&bias), &mut yf).unwrap();
     assert_eq!(int8.download(&yb).unwrap(), yf);
+}
+
+#[test]
+fn filters_held_only_in_int8_compute_as_the_kept_bank_read_back_dequantised_and_refuse_writes() {
+    let Some(_) = kernel_available("int8-only filter bank") else { return };
+    let int8 = CpuBf16Backend::with_int8_convs(2).expect("int8 backend");
+    let spec = Conv1dSpec::new(1, 64, 12, 20, 7).dilation(3).pad(9);
+    let (x, mut w, bias) = data(&spec, 21);
+    spread_filters(&spec, &mut w);
+    let mut held = int8.upload_conv_filters_int8(&w, &spec).unwrap();
+    let kept = int8.upload_weight_int8(&w).unwrap();
+    assert!(!held.is_bf16() && kept.is_bf16(), "the bank is held in int8 only; the other keeps bf16");
+    let (xb, bb) = (int8.upload(&x).unwrap(), int8.upload(&bias).unwrap());
+    let run = |wt: &CpuBuf, spec: &Conv1dSpec| {
+        let mut y = int8.alloc(spec.n_out() * spec.c_out).unwrap();
+        int8.conv1d(spec, &xb, wt, Some(&bb), &mut y).map(|()| int8.download(&y).unwrap())
+    };
+    let (a, b) = (run(&held, &spec).unwrap(), run(&kept, &spec).unwrap());
+    assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "same bank, same bits");
+    // Read back: exactly q_w · s_w of each filter's own quantisation (not the f32 or bf16 values).
+    let per = spec.c_in * spec.kernel;
+    let want: Vec<f32> = w
+        .chunks(per)
+        .flat_map(|filter| {
+            let bf: Vec<f32> = filter.iter().map(|&v| from_bf16(to_bf16(v))).collect();
+            let (inv, step) = scales(bf.iter().fold(0.0f32, |m, v| m.max(v.abs())));
+            bf.into_iter().map(move |v| super::quantize(v, inv) as f32 * step)
+        })
+        .collect();
+    let got = int8.download(&held).unwrap();
+    assert_eq!(got, want);
+    assert!(got.iter().zip(&w).any(|(g, v)| g != v), "the read-back values are the int8 ones");
+    let mut part = vec![0.0; 5];
+    int8.read(&held, 101, &mut part).unwrap();
+    assert_eq!(part, want[101..106]);
+    // Writes are refused and change nothing.
+    assert!(int8.write(&mut held, 0, &w[..10]).is_err());
+    assert!(int8.fill(&mut held, 0, 10, 0.0).is_err());
+    assert_eq!(int8.download(&held).unwrap(), want);
+    // Another shape with the same number of values, and ops other than conv1d, are refused.
+    let other = Conv1dSpec::new(1, 64, 20, 12, 7).dilation(3).pad(9);
+    let x_other = int8.upload(&vec![0.5; 64 * 20]).unwrap();
+    let mut y_other = int8.alloc(other.n_out() * 12).unwrap();
+    let b_other = int8.upload(&[0.0; 12]).unwrap();
+    assert!(int8.conv1d(&other, &x_other, &held, Some(&b_other), &mut y_other).is_err());
+    let mut c = int8.alloc(20).unwrap();
+    let a1 = int8.upload(&vec![1.0; per]).unwrap();
+    assert!(int8.gemm(&crate::GemmSpec::linear(1, per, 20), &a1, &held, None, &mut c).is_err());
+    // Where the int8 kernel does not apply (grouped) or there is no int8 mode, the upload is
+    // upload_weight_int8's: a bf16 weight.
+    let grouped = Conv1dSpec::new(1, 30, 8, 8, 3).groups(4).pad(1);
+    assert!(int8.upload_conv_filters_int8(&[0.1; 8 * 2 * 3], &grouped).unwrap().is_bf16());
+    let bf16 = CpuBf16Backend::with_threads(2).expect("bf16 backend");
+    assert!(bf16.upload_conv_filters_int8(&w, &spec).unwrap().is_bf16());
 }

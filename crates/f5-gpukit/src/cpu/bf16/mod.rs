@@ -83,8 +83,9 @@ pub fn cpu_int8_missing_feature() -> Option<&'static str> {
     Avx512Bf16::detect().err().or_else(|| Avx512Vnni::detect().err())
 }
 
-/// A buffer of [`CpuBf16Backend`]: f32 values, a GEMM weight stored as bf16, or an f32-computed
-/// weight stored as f16 ([`Backend::upload_weight_compact`]). A filter bank
+/// A buffer of [`CpuBf16Backend`]: f32 values, a GEMM weight stored as bf16, an f32-computed
+/// weight stored as f16 ([`Backend::upload_weight_compact`]), or a dense convolution's filter
+/// bank held only in int8 ([`Backend::upload_conv_filters_int8`] in the int8 mode). A filter bank
 /// uploaded with `upload_weight_int8` in the int8 mode also keeps, once a dense convolution has
 /// used it, its int8 form (the second field: `None` for every other buffer).
 #[derive(Clone, Debug)]
@@ -97,6 +98,10 @@ enum Repr {
     Bf16(Vec<u16>),
     /// A weight that computes in f32, stored as IEEE f16 and widened for each op that reads it.
     F16(Vec<f16>),
+    /// A dense convolution's filters, quantised and packed for the int8 kernel and held in that
+    /// form only (one byte a value, against two for bf16 plus one for a kept int8 copy): read-only,
+    /// read back as the values it computes with.
+    Int8(Box<conv_int8::PackedFilters>),
 }
 
 impl CpuBuf {
@@ -138,6 +143,7 @@ impl CpuBuf {
             Repr::F32(v) => v.len(),
             Repr::Bf16(v) => v.len(),
             Repr::F16(v) => v.len(),
+            Repr::Int8(p) => p.len(),
         }
     }
 
@@ -145,7 +151,7 @@ impl CpuBuf {
     fn f32(&self, op: &'static str) -> Result<&Vec<f32>> {
         match &self.0 {
             Repr::F32(v) => Ok(v),
-            Repr::Bf16(_) | Repr::F16(_) => Err(not_f32(op, &self.0)),
+            Repr::Bf16(_) | Repr::F16(_) | Repr::Int8(_) => Err(not_f32(op, &self.0)),
         }
     }
 
@@ -161,7 +167,7 @@ impl CpuBuf {
         match &self.0 {
             Repr::F32(v) => Some(Operand::F32(v)),
             Repr::Bf16(v) => Some(Operand::Bf16(v)),
-            Repr::F16(_) => None,
+            Repr::F16(_) | Repr::Int8(_) => None,
         }
     }
 
@@ -177,6 +183,7 @@ impl CpuBuf {
                 }
             }
             Repr::F16(v) => v[offset..end].convert_to_f32_slice(out),
+            Repr::Int8(p) => p.dequantize_into(offset, out),
         }
         Ok(())
     }
@@ -195,15 +202,24 @@ impl CpuBuf {
                 }
             }
             Repr::F16(v) => v[offset..end].convert_from_f32_slice(data),
+            Repr::Int8(_) => return Err(int8_read_only(op)),
         }
         Ok(())
     }
+}
+
+/// A write to a filter bank held only in int8: refused, the values left as they were.
+fn int8_read_only(op: &'static str) -> KitError {
+    shape_err(op, "operand is an int8 filter bank (upload_conv_filters_int8 in the int8 mode), which is read-only")
 }
 
 fn not_f32(op: &'static str, repr: &Repr) -> KitError {
     shape_err(
         op,
         match repr {
+            Repr::Int8(_) => {
+                "operand is an int8 filter bank (upload_conv_filters_int8 in the int8 mode); only conv1d with the shape it was packed for and the read calls take it"
+            }
             Repr::F16(_) => {
                 "operand is an f16 weight (upload_weight_compact on the bf16 CPU backend); only gemm, conv1d, conv_transpose1d, lstm's recurrent weights and the copy/read/write calls take it"
             }
@@ -373,6 +389,21 @@ impl Backend for CpuBf16Backend {
         Ok(buf)
     }
 
+    /// In the int8 mode, a dense bank the int8 kernel takes is quantised and packed now (from
+    /// its bf16 rounding, as `upload_weight_int8`'s is on first use) and held in that form only;
+    /// otherwise as `upload_weight_int8`.
+    fn upload_conv_filters_int8(&self, data: &[f32], spec: &Conv1dSpec) -> Result<CpuBuf> {
+        let dense = spec.groups == 1 && spec.c_out.checked_mul(spec.c_in).and_then(|v| v.checked_mul(spec.kernel)) == Some(data.len());
+        if self.int8.is_none() || !dense || !conv_int8::supports(spec) {
+            return self.upload_weight_int8(data);
+        }
+        let mut bits = Vec::new();
+        bits.try_reserve_exact(data.len()).map_err(|_| KitError::OutOfMemory(data.len()))?;
+        bits.extend(data.iter().map(|&v| gemm::to_bf16(v)));
+        let packed = self.f32.run(|| conv_int8::PackedFilters::pack(spec, &bits));
+        Ok(CpuBuf::of(Repr::Int8(Box::new(packed))))
+    }
+
     fn on_host_threads<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
         self.f32.on_host_threads(work)
     }
@@ -422,6 +453,7 @@ impl Backend for CpuBf16Backend {
                 v[span()?].fill(f16::from_f32(value));
                 Ok(())
             }
+            Repr::Int8(_) => Err(int8_read_only("fill")),
         }
     }
 
@@ -515,6 +547,26 @@ impl Backend for CpuBf16Backend {
                 let w = self.wide(op, weight)?;
                 self.f32.conv1d(spec, x, &w, bias, y)
             }
+            Repr::Int8(filters) => {
+                spec.validate(x.len(), filters.len(), bias.map(|b| b.len()), y.len())?;
+                let vnni = self.int8.filter(|_| conv_int8::supports(spec) && filters.fits(spec)).ok_or_else(|| {
+                    let (c_out, c_in, kernel) = filters.shape();
+                    shape_err(
+                        op,
+                        format!(
+                            "int8 filters packed for {c_out}×{c_in}×{kernel} (dense), asked for {}×{}×{} with {} groups{}",
+                            spec.c_out,
+                            spec.c_in,
+                            spec.kernel,
+                            spec.groups,
+                            if self.int8.is_none() { " on a backend without the int8 mode" } else { "" }
+                        ),
+                    )
+                })?;
+                let bias = bias.map(|b| b.as_slice());
+                self.f32.run(|| conv_int8::conv1d_dense(vnni, spec, x, filters, bias, y));
+                Ok(())
+            }
             Repr::Bf16(w) => {
                 spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
                 let bias_slice = bias.map(|b| b.as_slice());
@@ -584,7 +636,7 @@ impl Backend for CpuBf16Backend {
         let bias = bias.map(|b| b.f32(op)).transpose()?;
         let (x, y) = (x.f32(op)?, y.f32_mut(op)?);
         match &weight.0 {
-            Repr::F32(_) | Repr::F16(_) => {
+            Repr::F32(_) | Repr::F16(_) | Repr::Int8(_) => {
                 let w = self.wide(op, weight)?;
                 self.f32.conv_transpose1d(spec, x, &w, bias, y)
             }
