@@ -1,7 +1,8 @@
 //! Throughput of the CPU backend's dense 1-D convolution, f32 (`CpuBackend`) against bf16
-//! filters (`CpuBf16Backend`, AVX-512 BF16) and int8 (`CpuBf16Backend::with_int8_convs`, AVX-512
-//! VNNI; the int8 column is left out on a CPU without it; where the CPU has AMX tiles, "int8" is
-//! the VNNI kernel and "amx" the tiles), on the shapes Kokoro-82M's generator and decoder
+//! filters (`CpuBf16Backend`: AVX-512 BF16, or the AMX bf16 tiles where the CPU has them) and int8
+//! (`CpuBf16Backend::with_int8_convs`; the int8 column is left out on a CPU without AVX-512
+//! VNNI; where the CPU has AMX tiles, "int8" is the VNNI kernel and "amx" the int8 tiles), on the
+//! shapes Kokoro-82M's generator and decoder
 //! spend their time in: channels-last input, 'same' padding, 128 channels at k3/k7/k11 with
 //! dilations 1/3/5 over long inputs, 256 channels over shorter ones, 512/1024 channels at k3.
 //!

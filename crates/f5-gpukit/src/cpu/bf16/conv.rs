@@ -27,6 +27,7 @@
 
 use rayon::prelude::*;
 
+use super::conv_bf16_amx::{self as amx, AmxBf16};
 use super::gemm::{Avx512Bf16, MR, NR};
 use crate::cpu::conv::{merged_taps, padded_row_len, rows_read, tap_offsets};
 use crate::cpu::scratch::{with_scratch_u32, with_scratch_usize, with_shared_scratch_u32};
@@ -38,8 +39,18 @@ use crate::spec::Conv1dSpec;
 const X_BLOCK_BYTES: usize = 256 * 1024;
 
 /// `y = conv(x, w) + bias` for a dense (`groups == 1`) convolution with bf16 filters `w`
-/// (`[c_out, c_in, K]` bf16 bits). `spec` must have been validated against the operands.
-pub(crate) fn conv1d_dense(cpu: Avx512Bf16, spec: &Conv1dSpec, x: &[f32], w: &[u16], bias: Option<&[f32]>, y: &mut [f32]) {
+/// (`[c_out, c_in, K]` bf16 bits). `spec` must have been validated against the operands. With
+/// `tiles`, a convolution that [fits](super::conv_bf16_amx::fits) them runs on the AMX kernel
+/// (the same operands and packing).
+pub(crate) fn conv1d_dense(
+    cpu: Avx512Bf16,
+    tiles: Option<AmxBf16>,
+    spec: &Conv1dSpec,
+    x: &[f32],
+    w: &[u16],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
     debug_assert_eq!(spec.groups, 1, "conv1d_dense takes dense convolutions only");
     let Conv1dSpec { batch, n, c_in, c_out, kernel, .. } = *spec;
     let n_out = spec.n_out();
@@ -52,25 +63,37 @@ pub(crate) fn conv1d_dense(cpu: Avx512Bf16, spec: &Conv1dSpec, x: &[f32], w: &[u
     with_shared_scratch_u32(panels * panel_len, |packed| {
         packed.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, panel));
         let packed = &*packed;
-        let rb = rows_per_block(spec, rayon::current_num_threads());
+        let tiles = tiles.filter(|_| amx::fits(spec));
+        let rb = rows_per_block(spec, rayon::current_num_threads(), if tiles.is_some() { amx::MR } else { MR });
         for b in 0..batch {
             let xb = &x[b * n * c_in..(b + 1) * n * c_in];
             let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
-            yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
-                conv_block(cpu, spec, xb, packed, bias, blk * rb, yblk);
-            });
+            match tiles {
+                #[cfg(target_arch = "x86_64")]
+                Some(tiles) => {
+                    let convert = |x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32]| convert_rows(cpu, x, c_in, row_len, dst);
+                    yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
+                        amx::conv_block(tiles, convert, spec, xb, packed, bias, blk * rb, yblk);
+                    });
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                Some(_) => unreachable!("AMX token off x86-64"),
+                None => yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
+                    conv_block(cpu, spec, xb, packed, bias, blk * rb, yblk);
+                }),
+            }
         }
     });
 }
 
-/// Output rows per task: a multiple of [`MR`] whose input rows fit [`X_BLOCK_BYTES`] as bf16,
-/// and few enough that every thread gets about four blocks.
-fn rows_per_block(spec: &Conv1dSpec, threads: usize) -> usize {
+/// Output rows per task: a multiple of `multiple` (whole tiles) whose input rows fit
+/// [`X_BLOCK_BYTES`] as bf16, and few enough that every thread gets about four blocks.
+fn rows_per_block(spec: &Conv1dSpec, threads: usize, multiple: usize) -> usize {
     let row_bytes = 4 * spec.c_in.div_ceil(2).max(1);
     let reach = spec.dilation * spec.kernel.saturating_sub(1);
     let fit = (X_BLOCK_BYTES / row_bytes).saturating_sub(reach) / spec.stride.max(1);
     let share = spec.n_out().div_ceil(4 * threads.max(1));
-    fit.min(share).div_ceil(MR).max(1) * MR
+    fit.min(share).div_ceil(multiple).max(1) * multiple
 }
 
 /// Output channels `j0..j0 + NR` of the filters `[c_out, c_in, K]` as `[K][c_in/2][NR]` dwords

@@ -25,6 +25,8 @@
 //! Only channel counts that are a multiple of 64 run here (whole A tiles); the rest run on the
 //! VNNI kernel.
 
+pub(crate) use super::amx::AmxInt8;
+use super::amx::TILE_ROWS;
 #[cfg(target_arch = "x86_64")]
 use super::conv_int8::{PackedFilters, ZERO_QUAD};
 #[cfg(target_arch = "x86_64")]
@@ -35,40 +37,11 @@ use crate::cpu::conv::{padded_row_len, rows_read, source_row};
 use crate::cpu::scratch::{with_scratch, with_scratch_u32};
 use crate::spec::Conv1dSpec;
 
-/// Rows of one A or C tile.
-const TILE_ROWS: usize = 16;
-
 /// Rows of the kernel's tile: two A tiles.
 pub(crate) const MR: usize = 2 * TILE_ROWS;
 
 /// Input channels one A tile covers (64 bytes), as dwords of four.
 const TILE_QUADS: usize = 16;
-
-/// Proof that this CPU executes AMX-TILE and AMX-INT8 and that Linux has granted this process
-/// the tile state: only [`AmxInt8::detect`] makes one.
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), allow(dead_code))]
-pub(crate) struct AmxInt8(());
-
-impl AmxInt8 {
-    /// `Err(why not)` where the tiles cannot be used. `F5_CPU_AMX=off` (or `0`) turns them off
-    /// for the process, to compare against the AVX-512 VNNI kernel on the same machine.
-    pub(crate) fn detect() -> Result<Self, &'static str> {
-        if std::env::var("F5_CPU_AMX").is_ok_and(|v| v == "off" || v == "0") {
-            return Err("AMX turned off by F5_CPU_AMX");
-        }
-        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        {
-            use std::sync::OnceLock;
-            static GRANTED: OnceLock<Result<(), &'static str>> = OnceLock::new();
-            (*GRANTED.get_or_init(x86::request_tiles)).map(|()| AmxInt8(()))
-        }
-        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-        {
-            Err("AMX tiles (used on x86-64 Linux only)")
-        }
-    }
-}
 
 /// Whether a convolution the int8 kernel takes can run on the tiles: whole 64-channel steps.
 pub(crate) fn fits(spec: &Conv1dSpec) -> bool {
@@ -127,7 +100,7 @@ pub(crate) fn conv_block(
             let panel_len = kernel * quads * NR;
             // SAFETY: `amx` proves the tiles; the configuration is released when `_tiles` drops,
             // at the end of this block, and nothing in between uses other tile shapes.
-            let _tiles = unsafe { x86::Tiles::load(amx) };
+            let _tiles = unsafe { x86::Tiles::load() };
             let mut acc = x86::Accumulators::zero();
             for jp in 0..c_out.div_ceil(NR) {
                 let (j0, width) = (jp * NR, (c_out - jp * NR).min(NR));
@@ -256,82 +229,9 @@ fn tile_kernel(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{AmxInt8, MR, NR, TILE_QUADS, TILE_ROWS};
+    pub(super) use crate::cpu::bf16::amx::x86::Tiles;
     use std::arch::asm;
     use std::arch::x86_64::*;
-
-    /// Asks Linux for this process's AMX tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM,
-    /// XFEATURE_XTILEDATA)`) after checking CPUID for AMX-TILE and AMX-INT8; the kernel refuses
-    /// where the OS does not enable the state.
-    #[cfg(target_os = "linux")]
-    pub(super) fn request_tiles() -> Result<(), &'static str> {
-        // CPUID leaf 7, subleaf 0: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
-        if __cpuid(0).eax < 7 {
-            return Err("amx-tile");
-        }
-        let edx = __cpuid_count(7, 0).edx;
-        if edx & (1 << 24) == 0 {
-            return Err("amx-tile");
-        }
-        if edx & (1 << 25) == 0 {
-            return Err("amx-int8");
-        }
-        if !std::arch::is_x86_feature_detected!("avx512f") {
-            return Err("avx512f");
-        }
-        const SYS_ARCH_PRCTL: i64 = 158;
-        const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
-        const XFEATURE_XTILEDATA: i64 = 18;
-        let ret: i64;
-        // SAFETY: the arch_prctl system call with an integer request and argument; it reads and
-        // writes no memory of ours. `syscall` clobbers rcx and r11.
-        unsafe {
-            asm!(
-                "syscall",
-                inlateout("rax") SYS_ARCH_PRCTL => ret,
-                in("rdi") ARCH_REQ_XCOMP_PERM,
-                in("rsi") XFEATURE_XTILEDATA,
-                lateout("rcx") _,
-                lateout("r11") _,
-                options(nostack),
-            );
-        }
-        if ret == 0 {
-            Ok(())
-        } else {
-            Err("AMX tile state (Linux refused it to this process)")
-        }
-    }
-
-    /// The loaded tile configuration (palette 1, all eight tiles 16 rows × 64 bytes), released
-    /// when dropped: tmm0–3 C, tmm4–5 A, tmm6–7 B.
-    pub(super) struct Tiles(());
-
-    #[repr(C, align(64))]
-    struct Config([u8; 64]);
-
-    impl Tiles {
-        /// # Safety
-        /// `_amx` proves the CPU and OS support; the configuration stays for this thread until
-        /// the drop, so nothing may run between that uses other tile shapes.
-        pub(super) unsafe fn load(_amx: AmxInt8) -> Self {
-            let mut config = Config([0; 64]);
-            config.0[0] = 1;
-            for t in 0..8 {
-                config.0[16 + 2 * t] = 64;
-                config.0[48 + t] = TILE_ROWS as u8;
-            }
-            // SAFETY: a valid palette-1 configuration, 64 bytes, aligned.
-            unsafe { asm!("ldtilecfg [{c}]", c = in(reg) config.0.as_ptr(), options(nostack, readonly)) };
-            Tiles(())
-        }
-    }
-
-    impl Drop for Tiles {
-        fn drop(&mut self) {
-            // SAFETY: the tiles were configured by `load`; releasing returns them to init state.
-            unsafe { asm!("tilerelease", options(nostack, nomem)) };
-        }
-    }
 
     /// The f32 accumulators of the 32 × 32 tile and the i32 sums of the tap being added, both
     /// row-major.

@@ -13,6 +13,7 @@
 //! taps reading the edge row instead of zero) are
 //! run through the same checks and must fail them.
 
+use super::amx::AmxBf16;
 use super::conv1d_dense;
 use crate::cpu::bf16::gemm::{from_bf16, to_bf16, Avx512Bf16};
 use crate::cpu::bf16::CpuBf16Backend;
@@ -149,7 +150,11 @@ pub(in crate::cpu::bf16) fn data(spec: &Conv1dSpec, seed: u64) -> (Vec<f32>, Vec
 fn kernel_available(test: &str) -> Option<Avx512Bf16> {
     match Avx512Bf16::detect() {
         Ok(cpu) => {
-            println!("{test}: AVX-512 BF16 kernel ran");
+            let tiles = match AmxBf16::detect() {
+                Ok(_) => "and the AMX bf16 tiles".to_string(),
+                Err(why) => format!("(AMX bf16 tiles not run: {why})"),
+            };
+            println!("{test}: AVX-512 BF16 kernel {tiles} ran");
             Some(cpu)
         }
         Err(missing) => {
@@ -159,45 +164,76 @@ fn kernel_available(test: &str) -> Option<Avx512Bf16> {
     }
 }
 
-/// The kernel on a private pool of `threads` (so the row blocking varies).
-fn run_kernel(cpu: Avx512Bf16, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, threads: usize) -> Vec<f32> {
+/// Every kernel this CPU runs: the AVX-512 one, and the AMX one where the tiles are there.
+fn kernels() -> Vec<Option<AmxBf16>> {
+    std::iter::once(None).chain(AmxBf16::detect().ok().map(Some)).collect()
+}
+
+/// Shapes whose input channels fill whole AMX tiles (multiples of 32): padding at both ends,
+/// partial row tiles and panels, a stride, reflection, a batch, fewer rows than one tile.
+fn tile_shapes() -> Vec<Conv1dSpec> {
+    let s = |batch, n, c_in, c_out, kernel, stride, dilation, pad| {
+        Conv1dSpec::new(batch, n, c_in, c_out, kernel).stride(stride).dilation(dilation).pad(pad)
+    };
+    vec![
+        s(2, 137, 32, 40, 7, 1, 3, 9),
+        s(1, 300, 64, 96, 3, 1, 5, 5),
+        s(1, 61, 96, 33, 3, 2, 1, 1),
+        s(1, 90, 32, 17, 5, 1, 1, 2).pad_mode(PadMode::Reflect),
+        s(1, 20, 128, 8, 11, 1, 1, 5),
+    ]
+}
+
+/// The kernel on a private pool of `threads` (so the row blocking varies), on the tiles or not.
+fn run_kernel(
+    cpu: Avx512Bf16,
+    tiles: Option<AmxBf16>,
+    spec: &Conv1dSpec,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    threads: usize,
+) -> Vec<f32> {
     let wb: Vec<u16> = w.iter().map(|&v| to_bf16(v)).collect();
     let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
-    pool.install(|| conv1d_dense(cpu, spec, x, &wb, bias, &mut y));
+    pool.install(|| conv1d_dense(cpu, tiles, spec, x, &wb, bias, &mut y));
     y
 }
 
 #[test]
 fn kernel_matches_the_exact_reference_and_wrong_variants_do_not() {
     let Some(cpu) = kernel_available("bf16 conv1d vs exact reference") else { return };
-    for (i, spec) in shapes().into_iter().enumerate() {
+    for (i, spec) in shapes().into_iter().chain(tile_shapes()).enumerate() {
         let (x, w, bias) = data(&spec, 0x5eed + i as u64);
         let rel = 2.0 * f32_sum_bound(spec.kernel * spec.c_in);
-        for threads in [1, 3] {
+        for (tiles, threads) in kernels().into_iter().flat_map(|k| [(k, 1), (k, 3)]) {
             for bias in [Some(&bias[..]), None] {
-                let got = run_kernel(cpu, &spec, &x, &w, bias, threads);
+                let got = run_kernel(cpu, tiles, &spec, &x, &w, bias, threads);
                 let (want, mag) = reference(&spec, &x, &w, bias, Variant::Exact);
                 let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
                 let bad = violations(&got, &want, &mag, rel);
-                assert_eq!(bad, 0, "{spec:?} threads {threads}: {bad} outputs off the exact reference");
+                let amx = tiles.is_some() && super::amx::fits(&spec);
+                assert_eq!(bad, 0, "{spec:?} AMX {amx} threads {threads}: {bad} outputs off the exact reference");
             }
         }
-        let got = run_kernel(cpu, &spec, &x, &w, Some(&bias), 2);
-        let mut wrongs = vec![Variant::TapOffByOne];
-        // Rounding left out changes each product by ~2⁻⁹ with random signs, so its total grows
-        // like √(K·c_in) while the worst-case summation bound grows like K·c_in: past ~1000
-        // terms the bound no longer tells the two apart (the wide shape is there for blocking).
-        if spec.kernel * spec.c_in <= 1024 {
-            wrongs.extend([Variant::UnroundedWeights, Variant::UnroundedInputs]);
-        }
-        if spec.pad > 0 && spec.pad_mode == PadMode::Zeros {
-            wrongs.push(Variant::PaddingReplicated);
-        }
-        for wrong in wrongs {
-            let (want, mag) = reference(&spec, &x, &w, Some(&bias), wrong);
-            let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
-            assert!(violations(&got, &want, &mag, rel) > 0, "{spec:?}: the {wrong:?} variant passed the exact check");
+        for tiles in kernels() {
+            let got = run_kernel(cpu, tiles, &spec, &x, &w, Some(&bias), 2);
+            let mut wrongs = vec![Variant::TapOffByOne];
+            // Rounding left out changes each product by ~2⁻⁹ with random signs, so its total grows
+            // like √(K·c_in) while the worst-case summation bound grows like K·c_in: past ~1000
+            // terms the bound no longer tells the two apart (the wide shape is there for blocking).
+            if spec.kernel * spec.c_in <= 1024 {
+                wrongs.extend([Variant::UnroundedWeights, Variant::UnroundedInputs]);
+            }
+            if spec.pad > 0 && spec.pad_mode == PadMode::Zeros {
+                wrongs.push(Variant::PaddingReplicated);
+            }
+            for wrong in wrongs {
+                let (want, mag) = reference(&spec, &x, &w, Some(&bias), wrong);
+                let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+                assert!(violations(&got, &want, &mag, rel) > 0, "{spec:?}: the {wrong:?} variant passed the exact check");
+            }
         }
     }
 }
@@ -205,13 +241,13 @@ fn kernel_matches_the_exact_reference_and_wrong_variants_do_not() {
 #[test]
 fn bf16_conv_is_within_the_bf16_bound_of_the_f64_conv() {
     let cpu = kernel_available("bf16 conv1d vs f64");
-    for (i, spec) in shapes().into_iter().enumerate() {
+    for (i, spec) in shapes().into_iter().chain(tile_shapes()).enumerate() {
         let (x, w, bias) = data(&spec, 0xf64 + i as u64);
         let want = conv_f64(&spec, &x, &w, Some(&bias));
         let (reference_y, mag) = reference(&spec, &x, &w, Some(&bias), Variant::Exact);
         let rel = 2f64.powi(-7) + 2f64.powi(-16) + f32_sum_bound(spec.kernel * spec.c_in);
         let got = match cpu {
-            Some(cpu) => run_kernel(cpu, &spec, &x, &w, Some(&bias), 2),
+            Some(cpu) => run_kernel(cpu, AmxBf16::detect().ok(), &spec, &x, &w, Some(&bias), 2),
             None => reference_y,
         };
         let bad = violations(&got, &want, &mag, rel);
@@ -235,8 +271,18 @@ fn backend_runs_dense_bf16_filters_on_the_kernel_and_grouped_ones_in_f32() {
     assert!(wb.is_bf16());
     let mut yb = bf16.alloc(n_y).unwrap();
     bf16.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb).unwrap();
-    let want = run_kernel(cpu, &spec, &x, &w, Some(&bias), 2);
+    let want = run_kernel(cpu, None, &spec, &x, &w, Some(&bias), 2);
     assert_eq!(bf16.download(&yb).unwrap(), want);
+    // A shape that fits the AMX tiles: the backend takes them where the CPU has them, and
+    // `without_amx` keeps the AVX-512 kernel.
+    let tiled = Conv1dSpec::new(1, 100, 64, 40, 3).dilation(2).pad(2);
+    let (tx, tw, tb) = data(&tiled, 9);
+    for (kit, tiles) in [(bf16.clone(), AmxBf16::detect().ok()), (bf16.clone().without_amx(), None)] {
+        let (xb, wb, bb) = (kit.upload(&tx).unwrap(), kit.upload_weight(&tw).unwrap(), kit.upload(&tb).unwrap());
+        let mut yb = kit.alloc(tiled.n_out() * tiled.c_out).unwrap();
+        kit.conv1d(&tiled, &xb, &wb, Some(&bb), &mut yb).unwrap();
+        assert_eq!(kit.download(&yb).unwrap(), run_kernel(cpu, tiles, &tiled, &tx, &tw, Some(&tb), 2), "AMX {}", tiles.is_some());
+    }
     // Grouped: the f32 conv of the bf16-rounded filters.
     let spec = Conv1dSpec::new(1, 30, 8, 8, 3).groups(4).pad(1);
     let (x, w, bias) = data(&spec, 8);

@@ -45,9 +45,11 @@ fn norm_operands<'a>(op: &'static str, affine: Option<(&'a CpuBuf, &'a CpuBuf)>,
     Ok((affine, style.map(|s| s.f32(op).map(|v| v.as_slice())).transpose()?))
 }
 
+pub(crate) mod amx;
 #[cfg(test)]
 mod attention_tests;
 pub(crate) mod conv;
+pub(crate) mod conv_bf16_amx;
 pub(crate) mod conv_int8;
 pub(crate) mod conv_int8_amx;
 pub(crate) mod conv_transpose;
@@ -276,6 +278,8 @@ pub struct CpuBf16Backend {
     cpu: Avx512Bf16,
     /// Set in the int8 mode: dense convolutions with bf16 filters run on the int8 kernel.
     int8: Option<Avx512Vnni>,
+    /// Set where the AMX bf16 tiles may run the dense bf16 convolutions that fit them.
+    amx_bf16: Option<conv_bf16_amx::AmxBf16>,
     /// The packed B operand, reused by every GEMM (a GEMM that finds it busy packs into its own).
     packed_b: Arc<Mutex<Vec<u32>>>,
 }
@@ -287,7 +291,13 @@ impl CpuBf16Backend {
         let cpu = Avx512Bf16::detect().map_err(|feature| {
             KitError::Device(format!("bf16 weights on the CPU need the {feature} instruction set extension, which this CPU lacks; use f32"))
         })?;
-        Ok(CpuBf16Backend { f32: CpuBackend::with_threads(threads)?, cpu, int8: None, packed_b: Arc::new(Mutex::new(Vec::new())) })
+        Ok(CpuBf16Backend {
+            f32: CpuBackend::with_threads(threads)?,
+            cpu,
+            int8: None,
+            amx_bf16: conv_bf16_amx::AmxBf16::detect().ok(),
+            packed_b: Arc::new(Mutex::new(Vec::new())),
+        })
     }
 
     /// Like [`CpuBf16Backend::with_threads`], and dense convolutions whose filters were uploaded
@@ -310,18 +320,19 @@ impl CpuBf16Backend {
         self.int8.is_some()
     }
 
-    /// Whether the int8 convolutions whose input channels come in multiples of 64 run on the AMX
-    /// tiles (`tdpbusd`; same results bit for bit as the AVX-512 VNNI kernel). They do where the
-    /// CPU has AMX-TILE and AMX-INT8, Linux grants the tile state, and the environment does not
-    /// set `F5_CPU_AMX=off`.
+    /// Whether dense convolutions run on the AMX tiles: the bf16 ones whose input channels come
+    /// in multiples of 32 (`tdpbf16ps`: the same products, summed in the tiles' order) where the
+    /// CPU has AMX-BF16, and in the int8 mode the int8 ones in multiples of 64 (`tdpbusd`: the
+    /// AVX-512 VNNI kernel's results bit for bit) where it has AMX-INT8. They do where Linux
+    /// grants the tile state and the environment does not set `F5_CPU_AMX=off`.
     pub fn amx_convs(&self) -> bool {
-        self.int8.is_some_and(|v| v.amx())
+        self.amx_bf16.is_some() || self.int8.is_some_and(|v| v.amx())
     }
 
-    /// This backend with every int8 convolution on the AVX-512 VNNI kernel, never the AMX tiles:
-    /// to compare the two on one machine.
+    /// This backend with every convolution on the AVX-512 kernels, never the AMX tiles: to
+    /// compare the two on one machine.
     pub fn without_amx(self) -> Self {
-        CpuBf16Backend { int8: self.int8.map(|v| v.without_amx()), ..self }
+        CpuBf16Backend { int8: self.int8.map(|v| v.without_amx()), amx_bf16: None, ..self }
     }
 
     /// Threads the ops run on.
@@ -575,7 +586,7 @@ impl Backend for CpuBf16Backend {
                     self.f32.run(|| conv_int8::conv1d_dense(vnni, spec, x, &filters, bias_slice, y));
                     Ok(())
                 } else if spec.groups == 1 {
-                    self.f32.run(|| conv::conv1d_dense(self.cpu, spec, x, w, bias_slice, y));
+                    self.f32.run(|| conv::conv1d_dense(self.cpu, self.amx_bf16, spec, x, w, bias_slice, y));
                     Ok(())
                 } else {
                     let wide: Vec<f32> = w.iter().map(|&b| gemm::from_bf16(b)).collect();

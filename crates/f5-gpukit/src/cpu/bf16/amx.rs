@@ -1,0 +1,162 @@
+//! Intel AMX on the CPU backend: whether the tiles may be used (CPUID and Linux's permission for
+//! the tile state, asked once per process) and the tile configuration the kernels share. The
+//! kernels are `conv_int8_amx` (`tdpbusd`) and `conv_bf16_amx` (`tdpbf16ps`); stable Rust has no
+//! AMX intrinsics, so their tile instructions are inline assembly.
+
+/// Rows of every tile the kernels configure (16 rows × 64 bytes, all eight tiles).
+pub(crate) const TILE_ROWS: usize = 16;
+
+/// Proof that this CPU executes AMX-TILE and AMX-INT8 and that Linux has granted this process
+/// the tile state: only [`AmxInt8::detect`] makes one.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), allow(dead_code))]
+pub(crate) struct AmxInt8(());
+
+/// Proof that this CPU executes AMX-TILE and AMX-BF16 and that Linux has granted this process
+/// the tile state: only [`AmxBf16::detect`] makes one.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), allow(dead_code))]
+pub(crate) struct AmxBf16(());
+
+/// CPUID leaf 7, subleaf 0, EDX: AMX-BF16, AMX-TILE, AMX-INT8.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+const AMX_BF16: u32 = 1 << 22;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+const AMX_TILE: u32 = 1 << 24;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+const AMX_INT8: u32 = 1 << 25;
+
+/// `Ok(CPUID leaf 7 EDX)` where the tile state is granted to this process, else why not.
+/// `F5_CPU_AMX=off` (or `0`) turns the tiles off for the process, to compare against the AVX-512
+/// kernels on the same machine.
+fn granted() -> Result<u32, &'static str> {
+    if std::env::var("F5_CPU_AMX").is_ok_and(|v| v == "off" || v == "0") {
+        return Err("AMX turned off by F5_CPU_AMX");
+    }
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        use std::sync::OnceLock;
+        static GRANTED: OnceLock<Result<u32, &'static str>> = OnceLock::new();
+        *GRANTED.get_or_init(x86::request_tiles)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        Err("AMX tiles (used on x86-64 Linux only)")
+    }
+}
+
+impl AmxInt8 {
+    /// `Err(why not)` where the int8 tiles cannot be used.
+    pub(crate) fn detect() -> Result<Self, &'static str> {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            let edx = granted()?;
+            if edx & AMX_INT8 == 0 {
+                return Err("amx-int8");
+            }
+            Ok(AmxInt8(()))
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        {
+            granted().map(|_| unreachable!("no tiles off x86-64 Linux"))
+        }
+    }
+}
+
+impl AmxBf16 {
+    /// `Err(why not)` where the bf16 tiles cannot be used.
+    pub(crate) fn detect() -> Result<Self, &'static str> {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            let edx = granted()?;
+            if edx & AMX_BF16 == 0 {
+                return Err("amx-bf16");
+            }
+            Ok(AmxBf16(()))
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        {
+            granted().map(|_| unreachable!("no tiles off x86-64 Linux"))
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use super::TILE_ROWS;
+    use std::arch::asm;
+    #[cfg(target_os = "linux")]
+    use std::arch::x86_64::*;
+
+    /// Asks Linux for this process's AMX tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM,
+    /// XFEATURE_XTILEDATA)`) after checking CPUID for AMX-TILE (and AVX-512 F, which the
+    /// kernels' other passes use); the kernel refuses where the OS does not enable the state.
+    /// `Ok(CPUID leaf 7 EDX)`, for the callers to check their own extension.
+    #[cfg(target_os = "linux")]
+    pub(super) fn request_tiles() -> Result<u32, &'static str> {
+        if __cpuid(0).eax < 7 {
+            return Err("amx-tile");
+        }
+        let edx = __cpuid_count(7, 0).edx;
+        if edx & super::AMX_TILE == 0 {
+            return Err("amx-tile");
+        }
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return Err("avx512f");
+        }
+        const SYS_ARCH_PRCTL: i64 = 158;
+        const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+        const XFEATURE_XTILEDATA: i64 = 18;
+        let ret: i64;
+        // SAFETY: the arch_prctl system call with an integer request and argument; it reads and
+        // writes no memory of ours. `syscall` clobbers rcx and r11.
+        unsafe {
+            asm!(
+                "syscall",
+                inlateout("rax") SYS_ARCH_PRCTL => ret,
+                in("rdi") ARCH_REQ_XCOMP_PERM,
+                in("rsi") XFEATURE_XTILEDATA,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        if ret == 0 {
+            Ok(edx)
+        } else {
+            Err("AMX tile state (Linux refused it to this process)")
+        }
+    }
+
+    /// The loaded tile configuration (palette 1, all eight tiles 16 rows × 64 bytes), released
+    /// when dropped.
+    pub(crate) struct Tiles(());
+
+    #[repr(C, align(64))]
+    struct Config([u8; 64]);
+
+    impl Tiles {
+        /// # Safety
+        /// An [`super::AmxInt8`] or [`super::AmxBf16`] exists (the CPU and OS support the
+        /// tiles); the configuration stays for this thread until the drop, so nothing may run
+        /// in between that uses other tile shapes.
+        pub(crate) unsafe fn load() -> Self {
+            let mut config = Config([0; 64]);
+            config.0[0] = 1;
+            for t in 0..8 {
+                config.0[16 + 2 * t] = 64;
+                config.0[48 + t] = TILE_ROWS as u8;
+            }
+            // SAFETY: a valid palette-1 configuration, 64 bytes, aligned.
+            unsafe { asm!("ldtilecfg [{c}]", c = in(reg) config.0.as_ptr(), options(nostack, readonly)) };
+            Tiles(())
+        }
+    }
+
+    impl Drop for Tiles {
+        fn drop(&mut self) {
+            // SAFETY: the tiles were configured by `load`; releasing returns them to init state.
+            unsafe { asm!("tilerelease", options(nostack, nomem)) };
+        }
+    }
+}
