@@ -57,13 +57,14 @@ pub(crate) fn conv1d_dense(
     if n_out == 0 || c_out == 0 {
         return;
     }
-    let pairs = c_in.div_ceil(2);
+    let tiles = tiles.filter(|_| amx::fits(spec));
+    // The tiles read whole 16-pair steps: their panels are padded with zero pairs to that.
+    let pairs = if tiles.is_some() { amx::padded_pairs(c_in) } else { c_in.div_ceil(2) };
     let panel_len = kernel * pairs * NR;
     let panels = c_out.div_ceil(NR);
     with_shared_scratch_u32(panels * panel_len, |packed| {
-        packed.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, panel));
+        packed.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, pairs, panel));
         let packed = &*packed;
-        let tiles = tiles.filter(|_| amx::fits(spec));
         let rb = rows_per_block(spec, rayon::current_num_threads(), if tiles.is_some() { amx::MR } else { MR });
         for b in 0..batch {
             let xb = &x[b * n * c_in..(b + 1) * n * c_in];
@@ -96,12 +97,13 @@ fn rows_per_block(spec: &Conv1dSpec, threads: usize, multiple: usize) -> usize {
     fit.min(share).div_ceil(multiple).max(1) * multiple
 }
 
-/// Output channels `j0..j0 + NR` of the filters `[c_out, c_in, K]` as `[K][c_in/2][NR]` dwords
-/// of bf16 pairs `(w[co, 2j, k], w[co, 2j + 1, k])`; channels past `c_out` and the half pair
-/// past an odd `c_in` are zero. Every dword of `panel` is written.
-fn pack_filters(spec: &Conv1dSpec, w: &[u16], j0: usize, panel: &mut [u32]) {
+/// Output channels `j0..j0 + NR` of the filters `[c_out, c_in, K]` as `[K][pairs][NR]` dwords
+/// of bf16 pairs `(w[co, 2j, k], w[co, 2j + 1, k])`; channels past `c_out`, the half pair past
+/// an odd `c_in` and the pairs past `⌈c_in/2⌉` (up to `pairs`, the AMX kernel's padding) are
+/// zero. Every dword of `panel` is written.
+fn pack_filters(spec: &Conv1dSpec, w: &[u16], j0: usize, pairs: usize, panel: &mut [u32]) {
     let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
-    let pairs = c_in.div_ceil(2);
+    debug_assert!(pairs >= c_in.div_ceil(2));
     for jj in 0..NR {
         let co = j0 + jj;
         if co >= c_out {
@@ -109,7 +111,12 @@ fn pack_filters(spec: &Conv1dSpec, w: &[u16], j0: usize, panel: &mut [u32]) {
             continue;
         }
         let filter = &w[co * c_in * kernel..(co + 1) * c_in * kernel];
-        for j in 0..pairs {
+        for k in 0..kernel {
+            for j in c_in.div_ceil(2)..pairs {
+                panel[(k * pairs + j) * NR + jj] = 0;
+            }
+        }
+        for j in 0..c_in.div_ceil(2) {
             // The taps of channels 2j and 2j + 1 are contiguous in the filter.
             let lo = &filter[2 * j * kernel..(2 * j + 1) * kernel];
             let hi = filter.get((2 * j + 1) * kernel..(2 * j + 2) * kernel);

@@ -11,8 +11,9 @@
 //!
 //! A is read straight from the converted rows where a tile's 16 rows read 16 consecutive input
 //! rows (stride 1, inside the input), else copied into a small contiguous block first (padding,
-//! the block's last rows, another stride). Only channel counts that are a multiple of 32 run
-//! here (whole A tiles); the rest run on the AVX-512 kernel.
+//! the block's last rows, another stride). A channel count that is not a multiple of 32 is
+//! padded to one with zero channels on both sides (the converted rows' padding is zeroed, the
+//! panels are packed with zero pairs), so every dense convolution runs here.
 
 pub(crate) use super::amx::AmxBf16;
 use super::amx::TILE_ROWS;
@@ -24,9 +25,16 @@ pub(crate) const MR: usize = 2 * TILE_ROWS;
 /// Input channel pairs one A tile covers (64 bytes).
 const TILE_PAIRS: usize = 16;
 
-/// Whether a dense convolution can run on the tiles: whole 32-channel steps.
+/// Whether a convolution can run on the tiles: a dense one with input channels (any count: the
+/// last 32-channel step is padded with zeros).
 pub(crate) fn fits(spec: &Conv1dSpec) -> bool {
-    spec.groups == 1 && spec.c_in.is_multiple_of(2 * TILE_PAIRS)
+    spec.groups == 1 && spec.c_in > 0
+}
+
+/// Channel pairs per input row and filter tap on the tiles: `⌈c_in/2⌉` rounded up to whole
+/// 16-pair steps (the pairs past the input's are zero on both sides).
+pub(crate) fn padded_pairs(c_in: usize) -> usize {
+    c_in.div_ceil(2).div_ceil(TILE_PAIRS) * TILE_PAIRS
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -34,7 +42,7 @@ pub(crate) use block::conv_block;
 
 #[cfg(target_arch = "x86_64")]
 mod block {
-    use super::{AmxBf16, MR, TILE_PAIRS, TILE_ROWS};
+    use super::{padded_pairs, AmxBf16, MR, TILE_PAIRS, TILE_ROWS};
     use crate::cpu::bf16::gemm::NR;
     use crate::cpu::conv::{padded_row_len, rows_read, source_row};
     use crate::cpu::scratch::with_scratch_u32;
@@ -43,7 +51,8 @@ mod block {
     /// Output rows `t0..t0 + yblk.len() / c_out` of one batch item, as the AVX-512 kernel's
     /// block: converts the input rows they read to bf16 pairs (`convert_rows`, the AVX-512
     /// kernel's), then runs the tile kernel over every filter panel of `packed` (outer) and tile
-    /// of 32 rows (inner). `spec` [fits](super::fits) the tiles.
+    /// of 32 rows (inner). `spec` [fits](super::fits) the tiles and `packed` was packed with
+    /// [`padded_pairs`] pairs.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn conv_block(
         amx: AmxBf16,
@@ -58,7 +67,7 @@ mod block {
         let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
         debug_assert!(super::fits(spec));
         let rows = yblk.len() / c_out;
-        let pairs = c_in / 2;
+        let pairs = padded_pairs(c_in);
         let (lo, hi) = rows_read(spec, t0, rows);
         let row_len = padded_row_len(pairs);
         let zero_row = (hi - lo) * row_len;
@@ -68,6 +77,12 @@ mod block {
             let skip = (64 - scratch.as_ptr() as usize % 64) % 64 / 4;
             let (xq, staged) = scratch[skip..].split_at_mut(zero_row + row_len);
             convert_rows(&xb[lo * c_in..hi * c_in], c_in, row_len, &mut xq[..zero_row]);
+            // The padding pairs the tiles read: zero (the conversion leaves them as they were).
+            if pairs > c_in.div_ceil(2) {
+                for row in xq[..zero_row].chunks_exact_mut(row_len) {
+                    row[c_in.div_ceil(2)..pairs].fill(0);
+                }
+            }
             xq[zero_row..].fill(0);
             let input = Input { spec, lo, xq, row_len, zero_row };
             let panel_len = kernel * pairs * NR;
@@ -88,8 +103,8 @@ mod block {
         });
     }
 
-    /// The block's converted input: rows `lo..` of `row_len` dwords each in `xq` (`c_in/2` of
-    /// them used), a zero row at `zero_row`.
+    /// The block's converted input: rows `lo..` of `row_len` dwords each in `xq` (the first
+    /// [`padded_pairs`] of them read), a zero row at `zero_row`.
     struct Input<'a> {
         spec: &'a Conv1dSpec,
         lo: usize,
@@ -103,7 +118,7 @@ mod block {
     /// the rows copied into `staged` (16 rows of `pairs`), a zero row where a tap reads padding.
     fn a_rows(input: &Input<'_>, t: usize, valid: usize, k: usize, staged: &mut [u32]) -> (*const u32, usize) {
         let spec = input.spec;
-        let pairs = spec.c_in / 2;
+        let pairs = padded_pairs(spec.c_in);
         let p = t * spec.stride + k * spec.dilation;
         if spec.stride == 1 && valid == TILE_ROWS && p >= spec.pad && p + TILE_ROWS - spec.pad <= spec.n {
             let i = p - spec.pad - input.lo;
@@ -133,7 +148,7 @@ mod block {
         ldy: usize,
     ) {
         let spec = input.spec;
-        let pairs = spec.c_in / 2;
+        let pairs = padded_pairs(spec.c_in);
         let width = out.len().saturating_sub(rows.saturating_sub(1) * ldy);
         assert!((1..=MR).contains(&rows) && (1..=NR).contains(&width) && out.len() == (rows - 1) * ldy + width, "tile shape");
         assert!(pairs.is_multiple_of(TILE_PAIRS) && input.row_len >= pairs && input.xq.len() >= input.zero_row + pairs, "tile channels");

@@ -169,8 +169,9 @@ fn kernels() -> Vec<Option<AmxBf16>> {
     std::iter::once(None).chain(AmxBf16::detect().ok().map(Some)).collect()
 }
 
-/// Shapes whose input channels fill whole AMX tiles (multiples of 32): padding at both ends,
-/// partial row tiles and panels, a stride, reflection, a batch, fewer rows than one tile.
+/// Shapes for the AMX tiles' blocking: input channels that fill whole tiles (multiples of 32)
+/// and ones that leave the last step part-padded (the other shapes here do too), padding at both
+/// ends, partial row tiles and panels, a stride, reflection, a batch, fewer rows than one tile.
 fn tile_shapes() -> Vec<Conv1dSpec> {
     let s = |batch, n, c_in, c_out, kernel, stride, dilation, pad| {
         Conv1dSpec::new(batch, n, c_in, c_out, kernel).stride(stride).dilation(dilation).pad(pad)
@@ -181,6 +182,8 @@ fn tile_shapes() -> Vec<Conv1dSpec> {
         s(1, 61, 96, 33, 3, 2, 1, 1),
         s(1, 90, 32, 17, 5, 1, 1, 2).pad_mode(PadMode::Reflect),
         s(1, 20, 128, 8, 11, 1, 1, 5),
+        s(1, 150, 70, 64, 3, 1, 1, 1),
+        s(1, 40, 1, 8, 5, 1, 1, 2),
     ]
 }
 
@@ -271,17 +274,18 @@ fn backend_runs_dense_bf16_filters_on_the_kernel_and_grouped_ones_in_f32() {
     assert!(wb.is_bf16());
     let mut yb = bf16.alloc(n_y).unwrap();
     bf16.conv1d(&spec, &xb, &wb, Some(&bb), &mut yb).unwrap();
-    let want = run_kernel(cpu, None, &spec, &x, &w, Some(&bias), 2);
-    assert_eq!(bf16.download(&yb).unwrap(), want);
-    // A shape that fits the AMX tiles: the backend takes them where the CPU has them, and
-    // `without_amx` keeps the AVX-512 kernel.
+    let want = run_kernel(cpu, AmxBf16::detect().ok(), &spec, &x, &w, Some(&bias), 2);
+    assert!(bf16.download(&yb).unwrap() == want, "the backend's dense conv is the kernel's");
+    // The backend takes the AMX tiles where the CPU has them, and `without_amx` keeps the
+    // AVX-512 kernel.
     let tiled = Conv1dSpec::new(1, 100, 64, 40, 3).dilation(2).pad(2);
     let (tx, tw, tb) = data(&tiled, 9);
     for (kit, tiles) in [(bf16.clone(), AmxBf16::detect().ok()), (bf16.clone().without_amx(), None)] {
         let (xb, wb, bb) = (kit.upload(&tx).unwrap(), kit.upload_weight(&tw).unwrap(), kit.upload(&tb).unwrap());
         let mut yb = kit.alloc(tiled.n_out() * tiled.c_out).unwrap();
         kit.conv1d(&tiled, &xb, &wb, Some(&bb), &mut yb).unwrap();
-        assert_eq!(kit.download(&yb).unwrap(), run_kernel(cpu, tiles, &tiled, &tx, &tw, Some(&tb), 2), "AMX {}", tiles.is_some());
+        let want = run_kernel(cpu, tiles, &tiled, &tx, &tw, Some(&tb), 2);
+        assert!(kit.download(&yb).unwrap() == want, "AMX {}: the backend's dense conv is the kernel's", tiles.is_some());
     }
     // Grouped: the f32 conv of the bf16-rounded filters.
     let spec = Conv1dSpec::new(1, 30, 8, 8, 3).groups(4).pad(1);
