@@ -6,6 +6,15 @@
 /// Rows of every tile the kernels configure (16 rows × 64 bytes, all eight tiles).
 pub(crate) const TILE_ROWS: usize = 16;
 
+/// The first input row that 16 output rows `t..` (`valid` of them real) read at tap `k`, where
+/// they read 16 consecutive rows inside the input (stride 1, no padding, all real): then one
+/// strided tile load takes them straight from the converted rows. `None` otherwise (the kernels
+/// copy the rows first).
+pub(crate) fn consecutive_rows(spec: &crate::spec::Conv1dSpec, t: usize, valid: usize, k: usize) -> Option<usize> {
+    let p = t * spec.stride + k * spec.dilation;
+    (spec.stride == 1 && valid == TILE_ROWS && p >= spec.pad && p + TILE_ROWS - spec.pad <= spec.n).then(|| p - spec.pad)
+}
+
 /// Proof that this CPU executes AMX-TILE and AMX-INT8 and that Linux has granted this process
 /// the tile state: only [`AmxInt8::detect`] makes one.
 #[derive(Clone, Copy, Debug)]
@@ -150,6 +159,31 @@ pub(crate) mod x86 {
             // SAFETY: a valid palette-1 configuration, 64 bytes, aligned.
             unsafe { asm!("ldtilecfg [{c}]", c = in(reg) config.0.as_ptr(), options(nostack, readonly)) };
             Tiles(())
+        }
+    }
+
+    /// Stores the four C tiles (tmm0–3) as one row-major 32 × 32 block of 32-bit values at
+    /// `out`: tmm0 rows 0–15 columns 0–15, tmm1 columns 16–31, tmm2 and tmm3 rows 16–31.
+    ///
+    /// # Safety
+    /// The tiles configured ([`Tiles::load`]); `out` holds 32 × 32 values.
+    pub(crate) unsafe fn store_c_tiles<T>(out: *mut T) {
+        const COLS: usize = 32;
+        // SAFETY: four tile stores of 16 rows × 64 bytes inside the caller's 4 KiB block.
+        unsafe {
+            let out = out as *mut u32;
+            asm!(
+                "tilestored [{o0} + {lds}*1], tmm0",
+                "tilestored [{o1} + {lds}*1], tmm1",
+                "tilestored [{o2} + {lds}*1], tmm2",
+                "tilestored [{o3} + {lds}*1], tmm3",
+                o0 = in(reg) out,
+                o1 = in(reg) out.add(16),
+                o2 = in(reg) out.add(TILE_ROWS * COLS),
+                o3 = in(reg) out.add(TILE_ROWS * COLS + 16),
+                lds = in(reg) 4 * COLS,
+                options(nostack),
+            );
         }
     }
 

@@ -119,9 +119,8 @@ mod block {
     fn a_rows(input: &Input<'_>, t: usize, valid: usize, k: usize, staged: &mut [u32]) -> (*const u32, usize) {
         let spec = input.spec;
         let pairs = padded_pairs(spec.c_in);
-        let p = t * spec.stride + k * spec.dilation;
-        if spec.stride == 1 && valid == TILE_ROWS && p >= spec.pad && p + TILE_ROWS - spec.pad <= spec.n {
-            let i = p - spec.pad - input.lo;
+        if let Some(first) = crate::cpu::bf16::amx::consecutive_rows(spec, t, valid, k) {
+            let i = first - input.lo;
             assert!((i + TILE_ROWS) * input.row_len <= input.zero_row, "A rows outside the converted block");
             return (input.xq[i * input.row_len..].as_ptr(), input.row_len);
         }
@@ -172,7 +171,7 @@ mod block {
     }
 
     mod x86 {
-        use super::{AmxBf16, MR, NR, TILE_PAIRS, TILE_ROWS};
+        use super::{AmxBf16, MR, NR, TILE_PAIRS};
         pub(super) use crate::cpu::bf16::amx::x86::Tiles;
         use std::arch::asm;
         use std::arch::x86_64::*;
@@ -259,19 +258,7 @@ mod block {
             // SAFETY: the tile stores write the 4 KiB `acc`; the loads and stores after are masked
             // to `width` columns and `rows` rows.
             unsafe {
-                let base = acc.0.as_mut_ptr();
-                asm!(
-                    "tilestored [{o0} + {lds}*1], tmm0",
-                    "tilestored [{o1} + {lds}*1], tmm1",
-                    "tilestored [{o2} + {lds}*1], tmm2",
-                    "tilestored [{o3} + {lds}*1], tmm3",
-                    o0 = in(reg) base,
-                    o1 = in(reg) base.add(16),
-                    o2 = in(reg) base.add(TILE_ROWS * NR),
-                    o3 = in(reg) base.add(TILE_ROWS * NR + 16),
-                    lds = in(reg) 4 * NR,
-                    options(nostack),
-                );
+                crate::cpu::bf16::amx::x86::store_c_tiles(acc.0.as_mut_ptr());
                 for h in 0..NR / 16 {
                     let m = lanes(width.saturating_sub(16 * h));
                     if m == 0 {

@@ -161,9 +161,8 @@ fn a_rows(
 ) -> (*const u32, usize, *const f32) {
     let spec = input.spec;
     let quads = spec.c_in / 4;
-    let p = t * spec.stride + k * spec.dilation;
-    if spec.stride == 1 && valid == TILE_ROWS && p >= spec.pad && p + TILE_ROWS - spec.pad <= spec.n {
-        let i = p - spec.pad - input.lo;
+    if let Some(first) = crate::cpu::bf16::amx::consecutive_rows(spec, t, valid, k) {
+        let i = first - input.lo;
         assert!(
             (i + TILE_ROWS) * input.row_len <= input.zero_row && i + TILE_ROWS <= input.row_steps.len(),
             "A rows outside the converted block"
@@ -294,20 +293,7 @@ mod x86 {
                     options(nostack, readonly),
                 );
             }
-            let out = acc.sums.as_mut_ptr();
-            let lds = 4 * NR;
-            asm!(
-                "tilestored [{o0} + {lds}*1], tmm0",
-                "tilestored [{o1} + {lds}*1], tmm1",
-                "tilestored [{o2} + {lds}*1], tmm2",
-                "tilestored [{o3} + {lds}*1], tmm3",
-                o0 = in(reg) out,
-                o1 = in(reg) out.add(16),
-                o2 = in(reg) out.add(TILE_ROWS * NR),
-                o3 = in(reg) out.add(TILE_ROWS * NR + 16),
-                lds = in(reg) lds,
-                options(nostack),
-            );
+            crate::cpu::bf16::amx::x86::store_c_tiles(acc.sums.as_mut_ptr());
             let correction =
                 [_mm512_loadu_si512(t.correction as *const __m512i), _mm512_loadu_si512(t.correction.add(16) as *const __m512i)];
             for r in 0..MR {
