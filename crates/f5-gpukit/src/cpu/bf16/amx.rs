@@ -162,6 +162,52 @@ pub(crate) mod x86 {
         }
     }
 
+    /// Zeroes the four C tiles (tmm0–3).
+    ///
+    /// # Safety
+    /// The tiles configured ([`Tiles::load`]).
+    pub(crate) unsafe fn zero_c_tiles() {
+        // SAFETY: tile-register writes only.
+        unsafe { asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem)) };
+    }
+
+    /// One 64-byte step of the 32 × 32 tile, `$op` (`tdpbusd` or `tdpbf16ps`) into the C tiles
+    /// tmm0–3: A tiles tmm4–5 of 16 rows at `a[h]` with row strides `lda[h]` bytes, B tiles
+    /// tmm6–7 (columns 0–15 and 16–31) of 16 rows at `b` and `b + 16` dwords, rows 128 bytes
+    /// apart (the panels' 32 columns).
+    macro_rules! tile_step {
+        ($name:ident, $op:literal) => {
+            /// # Safety
+            /// The tiles configured ([`Tiles::load`]); each A tile reads 16 rows of 64 bytes at
+            /// `a[h] + i·lda[h]`, B 16 rows of 128 bytes at `b`.
+            pub(crate) unsafe fn $name(a: [*const u32; 2], lda: [usize; 2], b: *const u32) {
+                // SAFETY: the loads lie inside the operands the caller vouches for.
+                unsafe {
+                    asm!(
+                        "tileloadd tmm4, [{a0} + {lda0}*1]",
+                        "tileloadd tmm6, [{b0} + {ldb}*1]",
+                        "tileloadd tmm7, [{b1} + {ldb}*1]",
+                        concat!($op, " tmm0, tmm4, tmm6"),
+                        "tileloadd tmm5, [{a1} + {lda1}*1]",
+                        concat!($op, " tmm1, tmm4, tmm7"),
+                        concat!($op, " tmm2, tmm5, tmm6"),
+                        concat!($op, " tmm3, tmm5, tmm7"),
+                        a0 = in(reg) a[0],
+                        a1 = in(reg) a[1],
+                        b0 = in(reg) b,
+                        b1 = in(reg) b.wrapping_add(16),
+                        lda0 = in(reg) lda[0],
+                        lda1 = in(reg) lda[1],
+                        ldb = in(reg) 4 * crate::cpu::bf16::gemm::NR,
+                        options(nostack, readonly),
+                    );
+                }
+            }
+        };
+    }
+    tile_step!(step_int8, "tdpbusd");
+    tile_step!(step_bf16, "tdpbf16ps");
+
     /// Stores the four C tiles (tmm0–3) as one row-major 32 × 32 block of 32-bit values at
     /// `out`: tmm0 rows 0–15 columns 0–15, tmm1 columns 16–31, tmm2 and tmm3 rows 16–31.
     ///

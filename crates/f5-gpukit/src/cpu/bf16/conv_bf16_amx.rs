@@ -173,7 +173,6 @@ mod block {
     mod x86 {
         use super::{AmxBf16, MR, NR, TILE_PAIRS};
         pub(super) use crate::cpu::bf16::amx::x86::Tiles;
-        use std::arch::asm;
         use std::arch::x86_64::*;
 
         /// The f32 sums of a 32 × 32 tile, row-major.
@@ -201,7 +200,7 @@ mod block {
         /// The tiles configured ([`Tiles::load`]).
         pub(in super::super) unsafe fn zero(_amx: AmxBf16) {
             // SAFETY: tile-register writes only.
-            unsafe { asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem)) };
+            unsafe { crate::cpu::bf16::amx::x86::zero_c_tiles() };
         }
 
         /// C += Σ over the tap's 32-channel steps of A·B (tmm4–5 A, tmm6–7 B).
@@ -210,31 +209,14 @@ mod block {
         /// The tiles configured; A tile `h` reads 16 rows of `pairs` dwords at `a[h] + i·lda[h]`,
         /// B `pairs·NR` dwords.
         pub(in super::super) unsafe fn tap(_amx: AmxBf16, t: &Tap) {
-            let (lda0, lda1, ldb) = (4 * t.lda[0], 4 * t.lda[1], 4 * NR);
+            let (lda0, lda1) = (4 * t.lda[0], 4 * t.lda[1]);
             for s in 0..t.pairs / TILE_PAIRS {
                 let q = s * TILE_PAIRS;
                 // SAFETY: each tile load reads 16 rows of 64 bytes inside the operands the caller
                 // vouches for.
                 unsafe {
                     let b = t.b.add(q * NR);
-                    asm!(
-                        "tileloadd tmm4, [{a0} + {lda0}*1]",
-                        "tileloadd tmm6, [{b0} + {ldb}*1]",
-                        "tileloadd tmm7, [{b1} + {ldb}*1]",
-                        "tdpbf16ps tmm0, tmm4, tmm6",
-                        "tileloadd tmm5, [{a1} + {lda1}*1]",
-                        "tdpbf16ps tmm1, tmm4, tmm7",
-                        "tdpbf16ps tmm2, tmm5, tmm6",
-                        "tdpbf16ps tmm3, tmm5, tmm7",
-                        a0 = in(reg) t.a[0].add(q),
-                        a1 = in(reg) t.a[1].add(q),
-                        b0 = in(reg) b,
-                        b1 = in(reg) b.add(16),
-                        lda0 = in(reg) lda0,
-                        lda1 = in(reg) lda1,
-                        ldb = in(reg) ldb,
-                        options(nostack, readonly),
-                    );
+                    crate::cpu::bf16::amx::x86::step_bf16([t.a[0].add(q), t.a[1].add(q)], [lda0, lda1], b);
                 }
             }
         }

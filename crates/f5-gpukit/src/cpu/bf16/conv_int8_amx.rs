@@ -229,7 +229,6 @@ fn tile_kernel(
 mod x86 {
     use super::{AmxInt8, MR, NR, TILE_QUADS, TILE_ROWS};
     pub(super) use crate::cpu::bf16::amx::x86::Tiles;
-    use std::arch::asm;
     use std::arch::x86_64::*;
 
     /// The f32 accumulators of the 32 × 32 tile and the i32 sums of the tap being added, both
@@ -266,32 +265,15 @@ mod x86 {
     /// `a[h] + i·lda[h]`, B `quads·NR` dwords, the correction NR values, the steps MR values.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tap(_amx: AmxInt8, t: &Tap, first: bool, acc: &mut Accumulators) {
-        let (lda0, lda1, ldb) = (4 * t.lda[0], 4 * t.lda[1], 4 * NR);
+        let (lda0, lda1) = (4 * t.lda[0], 4 * t.lda[1]);
         // SAFETY (whole block): every tile load reads 16 rows of 64 bytes inside the operands
         // the caller vouches for; the stores write the 4 KiB `sums`.
         unsafe {
-            asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+            crate::cpu::bf16::amx::x86::zero_c_tiles();
             for s in 0..t.quads / TILE_QUADS {
                 let q = s * TILE_QUADS;
                 let b = t.b.add(q * NR);
-                asm!(
-                    "tileloadd tmm4, [{a0} + {lda0}*1]",
-                    "tileloadd tmm6, [{b0} + {ldb}*1]",
-                    "tileloadd tmm7, [{b1} + {ldb}*1]",
-                    "tdpbusd tmm0, tmm4, tmm6",
-                    "tileloadd tmm5, [{a1} + {lda1}*1]",
-                    "tdpbusd tmm1, tmm4, tmm7",
-                    "tdpbusd tmm2, tmm5, tmm6",
-                    "tdpbusd tmm3, tmm5, tmm7",
-                    a0 = in(reg) t.a[0].add(q),
-                    a1 = in(reg) t.a[1].add(q),
-                    b0 = in(reg) b,
-                    b1 = in(reg) b.add(16),
-                    lda0 = in(reg) lda0,
-                    lda1 = in(reg) lda1,
-                    ldb = in(reg) ldb,
-                    options(nostack, readonly),
-                );
+                crate::cpu::bf16::amx::x86::step_int8([t.a[0].add(q), t.a[1].add(q)], [lda0, lda1], b);
             }
             crate::cpu::bf16::amx::x86::store_c_tiles(acc.sums.as_mut_ptr());
             let correction =
