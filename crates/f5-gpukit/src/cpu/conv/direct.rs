@@ -63,19 +63,26 @@ fn rows_per_block(spec: &Conv1dSpec, threads: usize) -> usize {
 
 /// Output channels `j0..j0 + NR` of the filters `[c_out, c_in, K]` as `[K][c_in][NR]`;
 /// channels past `c_out` are zero. Every value of `panel` is written.
+///
+/// The panel is written in runs of `NR` values, one per (tap, channel), each value from one of
+/// the `NR` filters; channels outer and taps inner, so the `NR` filters are each read front to
+/// back and the writes go to `K` sequential streams. Writing filter by filter instead (stride
+/// `NR` in the panel) touched a fresh panel line for every value, and packing then cost about
+/// as much as the arithmetic of the decoder's 1,090 → 1,024-channel convolutions.
 fn pack_filters(spec: &Conv1dSpec, w: &[f32], j0: usize, panel: &mut [f32]) {
     let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
-    for jj in 0..NR {
-        let co = j0 + jj;
-        if co >= c_out {
-            panel.iter_mut().skip(jj).step_by(NR).for_each(|v| *v = 0.0);
-            continue;
-        }
-        let filter = &w[co * c_in * kernel..(co + 1) * c_in * kernel];
-        for (ci, taps) in filter.chunks(kernel).enumerate() {
-            for (k, &v) in taps.iter().enumerate() {
-                panel[(k * c_in + ci) * NR + jj] = v;
+    let cols = c_out.saturating_sub(j0).min(NR);
+    let per_filter = c_in * kernel;
+    let filters = &w[j0 * per_filter..(j0 + cols) * per_filter];
+    let panel = &mut panel[..kernel * c_in * NR];
+    for ci in 0..c_in {
+        for k in 0..kernel {
+            let at = ci * kernel + k;
+            let run = &mut panel[(k * c_in + ci) * NR..(k * c_in + ci + 1) * NR];
+            for (jj, v) in run[..cols].iter_mut().enumerate() {
+                *v = filters[jj * per_filter + at];
             }
+            run[cols..].fill(0.0);
         }
     }
 }
