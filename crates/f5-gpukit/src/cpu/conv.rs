@@ -9,9 +9,10 @@
 //! 1`) on a CPU with AVX-512 F skip the im2col: `direct` sums each register tile of the output
 //! over all taps straight from the input rows, which measured faster on every Kokoro shape
 //! (the im2col writes each input row K times, then the GEMM packs it again; the im2col path
-//! remains for grouped convolutions and AVX2-only CPUs). Transposed convolutions
-//! are the mirror image: one GEMM into a column matrix (every input row times every tap), then
-//! each output row gathers the taps that land on it.
+//! remains for grouped convolutions and AVX2-only CPUs). Dense transposed convolutions on
+//! AVX-512 F run as one such direct convolution per output phase (`o + pad ≡ r mod stride`);
+//! grouped ones, and dense ones elsewhere, are one GEMM into a column matrix (every input row
+//! times every tap), after which each output row gathers the taps that land on it.
 
 use rayon::prelude::*;
 
@@ -241,12 +242,16 @@ fn im2col_rows(spec: &Conv1dSpec, xb: &[f32], g: usize, t0: usize, col: &mut [f3
 }
 
 pub fn conv_transpose1d(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    let ConvTranspose1dSpec { batch, n, c_in, c_out, kernel, groups, .. } = *spec;
+    let ConvTranspose1dSpec { batch, n, c_in, c_out, groups, .. } = *spec;
     let n_out = spec.n_out();
     if n_out == 0 || c_out == 0 {
         return;
     }
-    let (cin_g, cout_g) = (c_in / groups, c_out / groups);
+    if groups == 1 && n > 0 && c_in > 0 {
+        if let Some(cpu) = direct::Avx512F::detect() {
+            return direct::conv_transpose1d_dense(cpu, spec, x, w, bias, y);
+        }
+    }
     for b in 0..batch {
         let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
         match bias {
@@ -257,9 +262,19 @@ pub fn conv_transpose1d(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: 
     if n == 0 || c_in == 0 {
         return;
     }
-    if cin_g == 1 && cout_g == 1 {
+    if c_in == groups && c_out == groups {
         return transpose_depthwise(spec, x, w, y);
     }
+    transpose_by_gemm(spec, x, w, y)
+}
+
+/// A grouped (or, off AVX-512 F, dense) transposed convolution added into `y`, which holds the
+/// bias: one GEMM per block of input rows into a column matrix (every input row times every
+/// tap), then each output row adds the taps that land on it.
+pub(crate) fn transpose_by_gemm(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], y: &mut [f32]) {
+    let ConvTranspose1dSpec { batch, n, c_in, c_out, kernel, groups, .. } = *spec;
+    let n_out = spec.n_out();
+    let (cin_g, cout_g) = (c_in / groups, c_out / groups);
     // Weights [c_in, cout_g, K] → per group [cin_g, K·cout_g] in (k, co) column order, so that
     // the column matrix row of input row i holds tap k's outputs as one contiguous run.
     let kc = kernel * cout_g;

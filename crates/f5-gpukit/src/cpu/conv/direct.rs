@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use super::{rows_read, tap_offsets};
 use crate::cpu::scratch::{with_scratch, with_scratch_usize, with_shared_scratch};
 pub(super) use crate::cpu::simd::Avx512F;
-use crate::spec::Conv1dSpec;
+use crate::spec::{Conv1dSpec, ConvTranspose1dSpec};
 
 /// Rows of the register tile: 12 rows × 2 vectors of 16 lanes = 24 accumulators, which with
 /// the two B vectors and the broadcast A value fits the 32 AVX-512 registers.
@@ -121,6 +121,161 @@ fn conv_block(cpu: Avx512F, spec: &Conv1dSpec, xb: &[f32], packed: &[f32], bias:
                         tile_kernel(cpu, 1, kernel * c_in, &offs[..MR], copy, panel, bias, out, c_out, tile_rows);
                     } else {
                         tile_kernel(cpu, kernel, c_in, offs, copy, panel, bias, out, c_out, tile_rows);
+                    }
+                }
+            }
+        })
+    })
+}
+
+/// `y = conv_transpose(x, w) + bias` for a dense (`groups == 1`) transposed convolution;
+/// `spec` validated (stride and kernel ≥ 1).
+///
+/// Output row `o` with `o + pad = q·stride + r` receives input row `q − j` through tap
+/// `r + j·stride` for every `j` whose tap exists: for each phase `r` that is an ordinary
+/// convolution over consecutive input rows with `⌈(K − r)/stride⌉` taps, whose outputs are
+/// every `stride`-th row. So each phase runs the dense tile kernel above (the output stride is
+/// `stride` rows) with its own filter panels, packed once per call; nothing is multiplied that
+/// is not added into an output, and nothing is gathered afterwards. The GEMM + col2im path it
+/// replaces (kept for grouped filters and CPUs without AVX-512 F) multiplied every input row by
+/// every tap into a contribution matrix, then added those up row by row.
+pub(super) fn conv_transpose1d_dense(cpu: Avx512F, spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    debug_assert_eq!(spec.groups, 1, "conv_transpose1d_dense takes dense convolutions only");
+    let ConvTranspose1dSpec { batch, n, c_in, c_out, kernel, stride, .. } = *spec;
+    let n_out = spec.n_out();
+    if n_out == 0 || c_out == 0 || stride == 0 {
+        return;
+    }
+    let panels = c_out.div_ceil(NR);
+    // Every phase's panels get room for the most taps a phase has (phase 0's).
+    let panel_len = kernel.div_ceil(stride) * c_in * NR;
+    with_shared_scratch(stride * panels * panel_len, |packed| {
+        packed
+            .par_chunks_mut(panel_len.max(1))
+            .enumerate()
+            .for_each(|(at, panel)| pack_transposed_filters(spec, w, at / panels, (at % panels) * NR, panel));
+        let packed = &*packed;
+        // Blocks of whole `stride·MR`-row groups, so each phase's tiles in a block are full;
+        // about two blocks per thread (each block reads every phase's panels, so fewer
+        // blocks read them fewer times), and the input rows a block reads within the L2 budget.
+        let group = stride * MR;
+        let fit = (X_BLOCK_BYTES / (4 * c_in.max(1))).saturating_sub(kernel.div_ceil(stride)).max(MR) * stride;
+        let share = n_out.div_ceil(2 * rayon::current_num_threads().max(1));
+        let rb = fit.min(share).div_ceil(group).max(1) * group;
+        for b in 0..batch {
+            let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+            let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
+            yb.par_chunks_mut(rb * c_out)
+                .enumerate()
+                .for_each(|(blk, yblk)| transposed_block(cpu, spec, xb, packed, panel_len, bias, blk * rb, yblk));
+        }
+    });
+}
+
+/// The taps phase `r` of a transposed convolution has: `k = r, r + stride, …` below `K`.
+fn phase_taps(spec: &ConvTranspose1dSpec, r: usize) -> usize {
+    spec.kernel.saturating_sub(r).div_ceil(spec.stride)
+}
+
+/// Phase `r`'s filters for output channels `j0..j0 + NR` as `[J][c_in][NR]`, tap slot `t`
+/// holding filter tap `r + (J − 1 − t)·stride` (slot `t` reads input row `q − J + 1 + t`, so
+/// the slots run over ascending input rows); channels past `c_out` and slots past `J` are
+/// zero. The filters are PyTorch's `[c_in, c_out, K]`.
+fn pack_transposed_filters(spec: &ConvTranspose1dSpec, w: &[f32], r: usize, j0: usize, panel: &mut [f32]) {
+    let ConvTranspose1dSpec { c_in, c_out, kernel, stride, .. } = *spec;
+    let taps = phase_taps(spec, r);
+    let cols = c_out.saturating_sub(j0).min(NR);
+    panel[taps * c_in * NR..].fill(0.0);
+    for ci in 0..c_in {
+        let filters = &w[(ci * c_out + j0) * kernel..(ci * c_out + j0 + cols) * kernel];
+        for t in 0..taps {
+            let k = r + (taps - 1 - t) * stride;
+            let run = &mut panel[(t * c_in + ci) * NR..(t * c_in + ci + 1) * NR];
+            for (jj, v) in run[..cols].iter_mut().enumerate() {
+                *v = filters[jj * kernel + k];
+            }
+            run[cols..].fill(0.0);
+        }
+    }
+}
+
+/// Output rows `o0..o0 + yblk.len() / c_out` of one item of a transposed convolution: copies
+/// the input rows they read, then per filter panel, phase and tile of that phase's rows, runs
+/// the tile kernel with an output stride of `stride` rows.
+#[allow(clippy::too_many_arguments)]
+fn transposed_block(
+    cpu: Avx512F,
+    spec: &ConvTranspose1dSpec,
+    xb: &[f32],
+    packed: &[f32],
+    panel_len: usize,
+    bias: Option<&[f32]>,
+    o0: usize,
+    yblk: &mut [f32],
+) {
+    let ConvTranspose1dSpec { n, c_in, c_out, stride, pad, .. } = *spec;
+    let rows = yblk.len() / c_out;
+    let most_taps = spec.kernel.div_ceil(stride);
+    // Input rows read: those of the block's first and last phase quotients, back `most_taps − 1`.
+    let (q_first, q_last) = ((o0 + pad) / stride, (o0 + rows - 1 + pad) / stride);
+    let lo = (q_first + 1).saturating_sub(most_taps).min(n);
+    let hi = (q_last + 1).min(n).max(lo);
+    let row_len = padded_row_len(c_in);
+    let zero_at = (hi - lo) * row_len;
+    // Where phase `r`'s tile rows (`q` from `q0`) read slot `t` of `taps`.
+    let source = |q: usize, t: usize, taps: usize| -> usize {
+        match (q + t + 1).checked_sub(taps) {
+            Some(i) if i >= lo && i < hi => (i - lo) * row_len,
+            _ => zero_at,
+        }
+    };
+    with_scratch(zero_at + row_len, |copy| {
+        for (dst, src) in copy[..zero_at].chunks_mut(row_len).zip(xb[lo * c_in..hi * c_in].chunks(c_in.max(1))) {
+            dst[..c_in].copy_from_slice(src);
+        }
+        copy[zero_at..].fill(0.0);
+        let copy = &*copy;
+        let panels = c_out.div_ceil(NR);
+        with_scratch_usize(most_taps.max(1) * MR, |offsets| {
+            for jp in 0..panels {
+                let (j0, cols) = (jp * NR, (c_out - jp * NR).min(NR));
+                let bias = bias.map(|b| &b[j0..j0 + cols]);
+                for r in 0..stride {
+                    // This phase's rows in the block: o = q·stride + r − pad in o0..o0 + rows.
+                    let q_begin = (o0 + pad).saturating_sub(r).div_ceil(stride);
+                    let q_end = (o0 + rows + pad).saturating_sub(r).div_ceil(stride);
+                    if q_end <= q_begin {
+                        continue;
+                    }
+                    let taps = phase_taps(spec, r);
+                    if taps == 0 {
+                        // No tap lands on these rows: they are the bias.
+                        for q in q_begin..q_end {
+                            let at = (q * stride + r - pad - o0) * c_out + j0;
+                            match bias {
+                                Some(b) => yblk[at..at + cols].copy_from_slice(b),
+                                None => yblk[at..at + cols].fill(0.0),
+                            }
+                        }
+                        continue;
+                    }
+                    let panel = &packed[(r * panels + jp) * panel_len..(r * panels + jp + 1) * panel_len];
+                    let offs = &mut offsets[..taps * MR];
+                    for q0 in (q_begin..q_end).step_by(MR) {
+                        let tile_rows = (q_end - q0).min(MR);
+                        for t in 0..taps {
+                            for (i, off) in offs[t * MR..(t + 1) * MR].iter_mut().enumerate() {
+                                *off = if i < tile_rows { source(q0 + i, t, taps) } else { zero_at };
+                            }
+                        }
+                        let first = q0 * stride + r - pad - o0;
+                        let ldy = stride * c_out;
+                        let out = &mut yblk[first * c_out + j0..(first + (tile_rows - 1) * stride) * c_out + j0 + cols];
+                        if merged_taps(offs, MR, c_in, row_len) {
+                            tile_kernel(cpu, 1, taps * c_in, &offs[..MR], copy, panel, bias, out, ldy, tile_rows);
+                        } else {
+                            tile_kernel(cpu, taps, c_in, offs, copy, panel, bias, out, ldy, tile_rows);
+                        }
                     }
                 }
             }

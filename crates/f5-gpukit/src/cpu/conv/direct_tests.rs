@@ -4,11 +4,13 @@
 //! the bias, so it lies within `γ · Σ|terms|` of the exact sum, `γ = (K·c_in + 2)·2⁻²⁴` (the
 //! classic bound for recursive summation, products included). The im2col path obeys the same
 //! bound, so the two differ by at most twice it. Wrong variants (taps one row off, padding taps
-//! reading the edge row, the bias left out) must break the f64 bound.
+//! reading the edge row, the bias left out) must break the f64 bound. The transposed
+//! convolution's phases are held to the same bound (`K·c_in` products at most per output);
+//! there the wrong variants are the taps taken in reverse order and the bias left out.
 
-use super::{conv1d_dense, merged_taps, Avx512F, MR};
-use crate::cpu::conv::{grouped, tap_offsets};
-use crate::spec::{Conv1dSpec, PadMode};
+use super::{conv1d_dense, conv_transpose1d_dense, merged_taps, Avx512F, MR};
+use crate::cpu::conv::{grouped, tap_offsets, transpose_by_gemm};
+use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, PadMode};
 
 /// Uniform in [−1, 1), deterministic (xorshift).
 fn values(len: usize, seed: u64) -> Vec<f32> {
@@ -147,4 +149,87 @@ fn taps_merge_only_where_each_row_reads_consecutive_rows_of_the_copy() {
     // Dilation 2 skips a row between taps.
     let d2 = Conv1dSpec::new(1, 100, 16, 4, 3).dilation(2).pad(2);
     assert!(!merged_taps(&offsets_of(&d2, 12, 16), MR, 16, 16));
+}
+
+/// `(y, Σ|terms|)` in f64 for a dense transposed convolution (filters `[c_in, c_out, K]`);
+/// `reversed` takes tap `K − 1 − k` where tap `k` belongs, `bias_on` false leaves the bias out.
+fn transpose_f64(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: &[f32], reversed: bool, bias_on: bool) -> (Vec<f64>, Vec<f64>) {
+    let ConvTranspose1dSpec { batch, n, c_in, c_out, kernel, stride, pad, .. } = *spec;
+    let n_out = spec.n_out();
+    let mut y = vec![0.0f64; batch * n_out * c_out];
+    let mut mag = vec![0.0f64; batch * n_out * c_out];
+    for b in 0..batch {
+        for o in 0..n_out {
+            for (co, &bv) in bias.iter().enumerate().take(c_out) {
+                let at = (b * n_out + o) * c_out + co;
+                y[at] = if bias_on { bv as f64 } else { 0.0 };
+                mag[at] = (bv as f64).abs();
+            }
+        }
+        for i in 0..n {
+            for k in 0..kernel {
+                let Some(o) = (i * stride + k).checked_sub(pad).filter(|&o| o < n_out) else { continue };
+                let kw = if reversed { kernel - 1 - k } else { k };
+                for ci in 0..c_in {
+                    let xv = x[(b * n + i) * c_in + ci] as f64;
+                    for co in 0..c_out {
+                        let p = xv * w[(ci * c_out + co) * kernel + kw] as f64;
+                        y[(b * n_out + o) * c_out + co] += p;
+                        mag[(b * n_out + o) * c_out + co] += p.abs();
+                    }
+                }
+            }
+        }
+    }
+    (y, mag)
+}
+
+/// Kokoro's two upsamplers' kernel/stride/padding (k20 s10 p5 with 40 output channels: two
+/// filter panels, the last 8 wide, and several row blocks; k12 s6 p3 with 512 input
+/// channels: the padded copy stride), a kernel shorter than the stride with output padding
+/// (phases no tap reaches), stride 1 (one phase, merged taps) over two items, one input row.
+fn transposed_shapes() -> Vec<ConvTranspose1dSpec> {
+    vec![
+        ConvTranspose1dSpec::new(1, 60, 16, 40, 20, 10).pad(5),
+        ConvTranspose1dSpec::new(1, 23, 512, 8, 12, 6).pad(3),
+        ConvTranspose1dSpec::new(1, 13, 4, 5, 2, 3).output_padding(2),
+        ConvTranspose1dSpec::new(2, 30, 16, 3, 4, 1).pad(1),
+        ConvTranspose1dSpec::new(1, 1, 3, 2, 5, 2).pad(1),
+    ]
+}
+
+#[test]
+fn direct_transposed_conv_is_within_the_f32_bound_and_wrong_variants_are_not() {
+    let Some(cpu) = Avx512F::detect() else {
+        println!("direct conv_transpose1d not run: this CPU lacks AVX-512 F (the GEMM path serves it)");
+        return;
+    };
+    for (i, spec) in transposed_shapes().into_iter().enumerate() {
+        let x = values(spec.batch * spec.n * spec.c_in, 40 + i as u64);
+        let w = values(spec.c_in * spec.c_out * spec.kernel, 50 + i as u64);
+        let bias = values(spec.c_out, 60 + i as u64);
+        let rel = (spec.kernel * spec.c_in + 2) as f64 * 2f64.powi(-24);
+        let len = spec.batch * spec.n_out() * spec.c_out;
+        let run = |threads: usize| {
+            let mut y = vec![f32::NAN; len];
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
+            pool.install(|| conv_transpose1d_dense(cpu, &spec, &x, &w, Some(&bias), &mut y));
+            y
+        };
+        let got = run(3);
+        let (want, mag) = transpose_f64(&spec, &x, &w, &bias, false, true);
+        assert_eq!(violations(&got, &want, &mag, rel), 0, "{spec:?}: outputs outside the f32 bound");
+        assert!(run(1).iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{spec:?}: thread count changed the result");
+        if spec.kernel > 1 {
+            let (bad, _) = transpose_f64(&spec, &x, &w, &bias, true, true);
+            assert!(violations(&got, &bad, &mag, rel) > 0, "{spec:?}: taps in reverse passed the bound");
+        }
+        let (bad, _) = transpose_f64(&spec, &x, &w, &bias, false, false);
+        assert!(violations(&got, &bad, &mag, rel) > 0, "{spec:?}: the bias left out passed the bound");
+        // The GEMM + col2im path obeys the same bound: the two agree within twice it.
+        let mut by_gemm: Vec<f32> = (0..len).map(|j| bias[j % spec.c_out]).collect();
+        transpose_by_gemm(&spec, &x, &w, &mut by_gemm);
+        let got64: Vec<f64> = got.iter().map(|&v| v as f64).collect();
+        assert_eq!(violations(&by_gemm, &got64, &mag, 2.0 * rel), 0, "{spec:?}: direct and GEMM paths disagree");
+    }
 }
