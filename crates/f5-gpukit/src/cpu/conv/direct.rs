@@ -1,4 +1,4 @@
-//! Dense 1-D convolution in f32 on AVX-512 F, without an im2col matrix.
+//! Dense 1-D convolution, plain and transposed, in f32 on AVX-512 F, without an im2col matrix.
 //!
 //! `y[t] = bias + Σ_k x[src(t, k)] · W_k`: a 12×32 register tile of `y` is summed over every
 //! tap and input channel by FMAs whose A operand is broadcast straight from the input rows
@@ -11,6 +11,9 @@
 //! Each output sums its products in (tap, channel) order after zero and then adds the bias, so
 //! the result does not depend on the blocking or the thread count. CPUs without AVX-512 F take
 //! the im2col + `gemm` crate path (`super::grouped`).
+//!
+//! A transposed convolution is one such convolution per output phase ([`conv_transpose1d_dense`]):
+//! the same tile kernel, its outputs every `stride`-th row.
 
 use rayon::prelude::*;
 
