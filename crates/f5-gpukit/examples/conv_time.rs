@@ -15,7 +15,8 @@
 //! times, so a change in machine load hits all), `--only SUBSTRING` (shapes whose name
 //! contains it). Prints GFLOP/s (2·rows·c_out·K·c_in / best time) of each precision and the
 //! rel-L2 difference of the bf16 and int8 outputs from the f32 one. Timings are printed, never
-//! asserted.
+//! asserted. The f32 k7/k11 convolutions run by FFT, so their figure is an effective rate (the
+//! direct sum's FLOPs over the FFT path's time); `F5_CPU_FFT_CONV=off` times the direct kernel.
 
 use std::time::Instant;
 

@@ -13,6 +13,13 @@
 //! AVX-512 F run as one such direct convolution per output phase (`o + pad ≡ r mod stride`);
 //! grouped ones, and dense ones elsewhere, are one GEMM into a column matrix (every input row
 //! times every tap), after which each output row gathers the taps that land on it.
+//!
+//! Dense stride-1 convolutions of 5 to 33 taps over at least 32 (even) channels each way go
+//! through the FFT first (`fourier`, overlap-save over 64-row tiles): for Kokoro's k7/k11
+//! resblock convolutions it does 3–5× fewer multiplications than any direct sum, which is what
+//! beats the direct kernel once that one is at the FMA roof. `F5_CPU_FFT_CONV=off` keeps every
+//! convolution on the direct paths (to compare, or to rule the FFT out when chasing a numeric
+//! difference).
 
 use rayon::prelude::*;
 
@@ -21,6 +28,7 @@ use super::scratch::{with_scratch, with_shared_scratch};
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, GemmSpec, MatLayout};
 
 mod direct;
+mod fourier;
 pub(crate) use direct::{merged_taps, padded_row_len};
 
 pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
@@ -28,6 +36,9 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
         return depthwise(spec, x, w, bias, y);
     }
     if spec.groups == 1 {
+        if fourier::suits(spec) && fourier::enabled() {
+            return fourier::conv1d_fft(spec, x, w, bias, y);
+        }
         if let Some(cpu) = direct::Avx512F::detect() {
             return direct::conv1d_dense(cpu, spec, x, w, bias, y);
         }

@@ -35,6 +35,7 @@ macro_rules! dispatch {
         }
     };
 }
+pub(crate) use dispatch;
 
 /// Proof that this CPU executes AVX-512 F and VL: only [`Avx512F::detect`] makes one, so
 /// holding it makes the kernels that take it (`target_feature` `avx512f`, some with `avx512vl`)

@@ -1,0 +1,415 @@
+//! Dense 1-D convolution of wide kernels by FFT (overlap-save), in f32.
+//!
+//! Directly, a `K`-tap convolution costs `K·c_in·c_out` multiply-adds per output row. Over a
+//! tile of [`TILE`] = 64 input rows the DFT turns it into one complex product per frequency:
+//! [`BINS`] = 33 bins of `c_in·c_out` complex multiply-adds (four real ones each) for the tile's
+//! `65 − K` valid outputs, `132 / (65 − K)·c_in·c_out` per row: 2.4 against 11 for `K = 11` and
+//! 2.3 against 7 for `K = 7`. Kokoro's generator spends most of its time in such convolutions
+//! (`K` = 7 and 11 over 128 and 256 channels), already at the f32 FMA roof when run directly, so
+//! fewer multiplications is what is left to gain there.
+//!
+//! The work, per chunk of tiles:
+//! 1. each tile's spectrum: a radix-2 FFT whose every butterfly is a loop over channels (the
+//!    channels-last rows stay rows), with the two halves of the channels packed as the real and
+//!    imaginary parts of one complex transform — a real signal's spectrum is Hermitian, so both
+//!    halves' spectra come apart from one transform;
+//! 2. per bin, one real GEMM over every tile of the chunk: each tile's `Re U` and `Im U` rows
+//!    times `[Re W | Im W]` (`2·tiles × c_in` by `c_in × 2c_out`), where `W` is the filters'
+//!    spectrum, computed once per call; the complex products' four real parts pair up in step 3;
+//! 3. each tile's inverse transform (the output channels' halves packed the same way), whose
+//!    first `65 − K` rows are outputs, plus the bias.
+//!
+//! A dilated convolution is `d` undilated ones over the input's `d` interleaved phases (the rows
+//! `≡ r mod d`), so each tile reads every `d`-th row and its outputs land every `d`-th row.
+//!
+//! Numerics: the FFTs' roundings are relative to a tile's norm rather than to each output's
+//! terms, so an output much smaller than its neighbours carries a larger relative error than the
+//! direct sum's; over whole signals the relative L2 error measured 2–3e-7 (the tests bound it).
+
+use rayon::prelude::*;
+
+use super::super::gemm_raw;
+use super::super::scratch::{with_scratch, with_shared_scratch};
+use crate::cpu::simd::dispatch;
+use crate::spec::{Conv1dSpec, GemmSpec, MatLayout, PadMode};
+
+/// Input rows per tile: a power of two, the FFT's length.
+pub(crate) const TILE: usize = 64;
+/// Frequencies of a real tile's spectrum that are not conjugates of others: `0..=TILE / 2`.
+const BINS: usize = TILE / 2 + 1;
+/// Widest kernel taken: at least 32 valid outputs per tile.
+const MAX_KERNEL: usize = TILE / 2 + 1;
+/// Spectrum values held per chunk (input and output spectra together, 16 MB): bounds the scratch
+/// on long inputs while keeping each bin's GEMM over 100+ tiles, so its filters are reused.
+const CHUNK_VALUES: usize = 1 << 22;
+
+/// Whether [`conv1d_fft`] computes `spec` (and pays): dense, stride 1, zero padding, a kernel of
+/// 5 taps or more, even channel counts (the halves pair up), and enough output rows.
+pub(crate) fn suits(spec: &Conv1dSpec) -> bool {
+    let Conv1dSpec { c_in, c_out, kernel, groups, stride, dilation, .. } = *spec;
+    groups == 1
+        && stride == 1
+        && dilation >= 1
+        && spec.pad_mode == PadMode::Zeros
+        && (5..=MAX_KERNEL).contains(&kernel)
+        && c_in >= 32
+        && c_out >= 32
+        && c_in % 2 == 0
+        && c_out % 2 == 0
+        && spec.n_out() >= TILE * dilation
+}
+
+/// Whether the FFT path is on: `F5_CPU_FFT_CONV=off` (or `0`) keeps every dense convolution on
+/// the direct and im2col paths for the process, to compare the two on the same machine.
+pub(crate) fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("F5_CPU_FFT_CONV").is_ok_and(|v| v == "off" || v == "0"))
+}
+
+/// `e^{−2πik/TILE}` for `k < TILE / 2`: the forward transform's twiddles (the inverse takes
+/// their conjugates), rounded once from f64.
+fn twiddles() -> ([f32; TILE / 2], [f32; TILE / 2]) {
+    let (mut re, mut im) = ([0.0f32; TILE / 2], [0.0f32; TILE / 2]);
+    for k in 0..TILE / 2 {
+        let a = -2.0 * std::f64::consts::PI * k as f64 / TILE as f64;
+        re[k] = a.cos() as f32;
+        im[k] = a.sin() as f32;
+    }
+    (re, im)
+}
+
+/// Where row `m` of a tile sits after the FFT's input permutation.
+#[inline]
+fn bit_reversed(m: usize) -> usize {
+    ((m as u32).reverse_bits() >> (32 - TILE.trailing_zeros())) as usize
+}
+
+/// `y = conv(x, w) + bias` for a spec that [`suits`]; `x [batch, n, c_in]`, `w [c_out, c_in, K]`
+/// (PyTorch's layout), `y [batch, n_out, c_out]`.
+pub(crate) fn conv1d_fft(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, dilation: d, .. } = *spec;
+    let n_out = spec.n_out();
+    if n_out == 0 || c_out == 0 {
+        return;
+    }
+    let valid = TILE - kernel + 1;
+    // Tile columns: column j holds each phase's outputs j·valid .. (j + 1)·valid, which are the
+    // output rows d·valid·j .. d·valid·(j + 1).
+    let columns = n_out.div_ceil(d).div_ceil(valid);
+    let per_tile = BINS * (2 * c_in + 4 * c_out);
+    let chunk_columns = (CHUNK_VALUES / (per_tile * d)).clamp(1, columns);
+    let tw = twiddles();
+    with_shared_scratch(BINS * c_in * 2 * c_out, |wspec| {
+        filter_spectrum(spec, w, wspec);
+        let wspec = &*wspec;
+        let chunk_tiles = chunk_columns * d;
+        with_shared_scratch(chunk_tiles * per_tile, |spectra| {
+            let (s_in, s_out) = spectra.split_at_mut(chunk_tiles * BINS * 2 * c_in);
+            for b in 0..batch {
+                let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+                let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
+                for j0 in (0..columns).step_by(chunk_columns) {
+                    let j1 = (j0 + chunk_columns).min(columns);
+                    let tiles = (j1 - j0) * d;
+                    // 1. Input spectra, `[bin][tile][Re c_in | Im c_in]`: each tile's bins land
+                    //    `tiles` rows apart, so the tasks write through a shared pointer.
+                    let s_in = &mut s_in[..BINS * tiles * 2 * c_in];
+                    let dst = SharedOut(s_in.as_mut_ptr(), s_in.len());
+                    (0..tiles).into_par_iter().for_each(|i| {
+                        let (j, r) = (j0 + i / d, i % d);
+                        with_scratch(TILE * c_in + BINS * 2 * c_in, |work| {
+                            let (work, row) = work.split_at_mut(TILE * c_in);
+                            input_spectrum(spec, xb, r, j * valid, &tw, work, row);
+                            for (f, bin) in row.chunks_exact(2 * c_in).enumerate() {
+                                // SAFETY: tile i's row of bin f, inside the slice, written by
+                                // this task alone.
+                                unsafe { dst.write((f * tiles + i) * 2 * c_in, bin) };
+                            }
+                        });
+                    });
+                    // 2. Per bin, every tile's real and imaginary rows times `[Re W | Im W]`,
+                    //    into `[bin][tile][Re U·W | Im U·W]` (each bin's block its own).
+                    let (s_in, s_out) = (&*s_in, &mut s_out[..BINS * tiles * 4 * c_out]);
+                    s_out.par_chunks_mut(tiles * 4 * c_out).enumerate().for_each(|(f, block)| {
+                        let g = GemmSpec {
+                            m: 2 * tiles,
+                            n: 2 * c_out,
+                            k: c_in,
+                            batch: 1,
+                            a: MatLayout::row_major(c_in).at(f * tiles * 2 * c_in),
+                            b: MatLayout::row_major(2 * c_out).at(f * c_in * 2 * c_out),
+                            c: MatLayout::row_major(2 * c_out),
+                            beta: 0.0,
+                        };
+                        gemm_raw(&g, s_in, wspec, block, false);
+                    });
+                    // 3. Inverse transforms, one tile column (all d phases: whole output rows) each.
+                    let s_out = &*s_out;
+                    let rows0 = j0 * valid * d;
+                    let rows1 = (j1 * valid * d).min(n_out);
+                    yb[rows0 * c_out..rows1 * c_out].par_chunks_mut(valid * d * c_out).enumerate().for_each(|(jj, rows)| {
+                        with_scratch(TILE * c_out, |work| {
+                            for r in 0..d {
+                                let tile = jj * d + r;
+                                output_tile(s_out, tiles, tile, c_out, &tw, work);
+                                // Phase r's outputs in this column: rows r, r + d, … of `rows`.
+                                let h = c_out / 2;
+                                let (re, im) = work.split_at(TILE * h);
+                                for s in 0..valid {
+                                    let local = r + d * s;
+                                    if local * c_out >= rows.len() {
+                                        break;
+                                    }
+                                    let dst = &mut rows[local * c_out..(local + 1) * c_out];
+                                    dst[..h].copy_from_slice(&re[s * h..(s + 1) * h]);
+                                    dst[h..].copy_from_slice(&im[s * h..(s + 1) * h]);
+                                    if let Some(bv) = bias {
+                                        dst.iter_mut().zip(&bv[..c_out]).for_each(|(v, b)| *v += b);
+                                    }
+                                }
+                            }
+                        });
+                    });
+                }
+            }
+        });
+    });
+}
+
+/// A slice that parallel tasks write disjoint, non-contiguous parts of.
+struct SharedOut(*mut f32, usize);
+// SAFETY: every use writes elements no other task touches (the callers' comments say which).
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// # Safety
+    /// `at + values.len()` is within the slice, and no other thread reads or writes those
+    /// elements while the slice is shared.
+    unsafe fn write(&self, at: usize, values: &[f32]) {
+        assert!(at + values.len() <= self.1, "write past the shared slice");
+        // SAFETY: in bounds (checked above); exclusive per the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.0.add(at), values.len()) }
+    }
+}
+
+/// Input channels per task of [`filter_spectrum`]: their filters (`16·K·c_out` values) stay in
+/// cache while all the bins are computed from them.
+const SPECTRUM_CHANNELS: usize = 16;
+
+/// The filters' spectrum, scaled by `1 / TILE` (the inverse transform's factor), as each bin's
+/// GEMM operand `[Re W | Im W]` (`c_in × 2c_out`), bin after bin. `W[f][ci][co] = Σ_k
+/// w[co][ci][k]·e^{+2πifk/TILE}`: the conjugate of the filter's DFT, because a convolution
+/// layer correlates (`y[s] = Σ_k w[k]·x[s + k]`).
+fn filter_spectrum(spec: &Conv1dSpec, w: &[f32], out: &mut [f32]) {
+    let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
+    let mut cos = [[0.0f32; MAX_KERNEL]; BINS];
+    let mut sin = [[0.0f32; MAX_KERNEL]; BINS];
+    for f in 0..BINS {
+        for k in 0..kernel {
+            // f·k mod TILE keeps the angle exact before the f64 trigonometry.
+            let a = 2.0 * std::f64::consts::PI * ((f * k) % TILE) as f64 / TILE as f64;
+            cos[f][k] = (a.cos() / TILE as f64) as f32;
+            sin[f][k] = (a.sin() / TILE as f64) as f32;
+        }
+    }
+    let out = &mut out[..BINS * c_in * 2 * c_out];
+    let dst = SharedOut(out.as_mut_ptr(), out.len());
+    (0..c_in.div_ceil(SPECTRUM_CHANNELS)).into_par_iter().for_each(|blk| {
+        let ci0 = blk * SPECTRUM_CHANNELS;
+        let cis = SPECTRUM_CHANNELS.min(c_in - ci0);
+        with_scratch(cis * kernel * c_out + BINS * 2 * c_out, |work| {
+            let (taps, rows) = work.split_at_mut(cis * kernel * c_out);
+            // `[ci][k][co]` for the block: each (ci, k) row of filters contiguous over co.
+            for co in 0..c_out {
+                let src = &w[(co * c_in + ci0) * kernel..(co * c_in + ci0 + cis) * kernel];
+                for (i, &v) in src.iter().enumerate() {
+                    taps[i * c_out + co] = v;
+                }
+            }
+            for ci in 0..cis {
+                filter_bins(&taps[ci * kernel * c_out..(ci + 1) * kernel * c_out], kernel, &cos, &sin, rows);
+                for (f, row) in rows.chunks_exact(2 * c_out).enumerate() {
+                    // SAFETY: row (bin f, channel ci0 + ci) belongs to this task's block alone.
+                    unsafe { dst.write((f * c_in + ci0 + ci) * 2 * c_out, row) };
+                }
+            }
+        });
+    });
+}
+
+/// Output channels [`filter_bins`] keeps in registers at once.
+const SPECTRUM_LANES: usize = 16;
+
+dispatch! {
+    /// One input channel's rows of every bin's operand, `[Re W | Im W]` per bin in `rows`, from
+    /// its `[k][co]` filters and each bin's `cos`/`sin` per tap: sixteen output channels at a
+    /// time, their sums held in registers over the taps.
+    pub fn filter_bins(taps: &[f32], kernel: usize, cos: &[[f32; MAX_KERNEL]; BINS], sin: &[[f32; MAX_KERNEL]; BINS], rows: &mut [f32]) {
+        let c_out = taps.len() / kernel;
+        for (f, row) in rows.chunks_exact_mut(2 * c_out).enumerate() {
+            let (re, im) = row.split_at_mut(c_out);
+            let (cf, sf) = (&cos[f], &sin[f]);
+            let mut co = 0;
+            while co + SPECTRUM_LANES <= c_out {
+                let (mut r, mut i) = ([0.0f32; SPECTRUM_LANES], [0.0f32; SPECTRUM_LANES]);
+                for k in 0..kernel {
+                    let v = &taps[k * c_out + co..k * c_out + co + SPECTRUM_LANES];
+                    for l in 0..SPECTRUM_LANES {
+                        r[l] += cf[k] * v[l];
+                        i[l] += sf[k] * v[l];
+                    }
+                }
+                re[co..co + SPECTRUM_LANES].copy_from_slice(&r);
+                im[co..co + SPECTRUM_LANES].copy_from_slice(&i);
+                co += SPECTRUM_LANES;
+            }
+            for c in co..c_out {
+                let (mut r, mut i) = (0.0f32, 0.0f32);
+                for k in 0..kernel {
+                    r += cf[k] * taps[k * c_out + c];
+                    i += sf[k] * taps[k * c_out + c];
+                }
+                re[c] = r;
+                im[c] = i;
+            }
+        }
+    }
+}
+
+/// The spectrum of phase `r`'s tile starting at its row `s0` (input rows `r + d·(s0 + m) −
+/// pad`, zeros off the input), as `[bin][Re c_in | Im c_in]` in `row`. `work` holds `TILE·c_in`.
+fn input_spectrum(
+    spec: &Conv1dSpec,
+    xb: &[f32],
+    r: usize,
+    s0: usize,
+    tw: &([f32; TILE / 2], [f32; TILE / 2]),
+    work: &mut [f32],
+    row: &mut [f32],
+) {
+    let Conv1dSpec { n, c_in, pad, dilation: d, .. } = *spec;
+    let h = c_in / 2;
+    let (re, im) = work.split_at_mut(TILE * h);
+    for m in 0..TILE {
+        let at = bit_reversed(m) * h;
+        let (dr, di) = (&mut re[at..at + h], &mut im[at..at + h]);
+        match (r + d * (s0 + m)).checked_sub(pad).filter(|&src| src < n) {
+            Some(src) => {
+                let x = &xb[src * c_in..(src + 1) * c_in];
+                dr.copy_from_slice(&x[..h]);
+                di.copy_from_slice(&x[h..]);
+            }
+            None => {
+                dr.fill(0.0);
+                di.fill(0.0);
+            }
+        }
+    }
+    fft_rows(re, im, h, &tw.0, &tw.1, false);
+    split_halves(re, im, h, row);
+}
+
+dispatch! {
+    /// In place, the DFT of `TILE` rows of `h` complex values (`re`, `im`: `[TILE][h]`, rows in
+    /// bit-reversed order), forward (`e^{−2πi…}`) or inverse (conjugate twiddles, no scaling):
+    /// radix-2, decimation in time, every butterfly a loop over the row.
+    pub fn fft_rows(re: &mut [f32], im: &mut [f32], h: usize, tw_re: &[f32], tw_im: &[f32], inverse: bool) {
+        let sign = if inverse { -1.0f32 } else { 1.0 };
+        let mut half = 1;
+        while half < TILE {
+            let step = TILE / (2 * half);
+            for g in (0..TILE).step_by(2 * half) {
+                for k in 0..half {
+                    let (wr, wi) = (tw_re[k * step], sign * tw_im[k * step]);
+                    let (a, b) = (g + k, g + k + half);
+                    let (re_lo, re_hi) = re.split_at_mut(b * h);
+                    let (im_lo, im_hi) = im.split_at_mut(b * h);
+                    let (ra, rb) = (&mut re_lo[a * h..(a + 1) * h], &mut re_hi[..h]);
+                    let (ia, ib) = (&mut im_lo[a * h..(a + 1) * h], &mut im_hi[..h]);
+                    for (((ra, rb), ia), ib) in ra.iter_mut().zip(rb.iter_mut()).zip(ia.iter_mut()).zip(ib.iter_mut()) {
+                        let tr = wr * *rb - wi * *ib;
+                        let ti = wr * *ib + wi * *rb;
+                        *rb = *ra - tr;
+                        *ib = *ia - ti;
+                        *ra += tr;
+                        *ia += ti;
+                    }
+                }
+            }
+            half *= 2;
+        }
+    }
+}
+
+dispatch! {
+    /// From the transform `Z` of `lo + i·hi` (two real signals of `h` channels), both spectra
+    /// for bins `0..=TILE/2`: `LO[f] = (Z[f] + conj Z[−f]) / 2`, `HI[f] = (Z[f] − conj Z[−f]) / 2i`,
+    /// written per bin as `[Re LO | Re HI | Im LO | Im HI]` (channels in their order).
+    pub fn split_halves(re: &[f32], im: &[f32], h: usize, row: &mut [f32]) {
+        for (f, out) in row.chunks_exact_mut(4 * h).enumerate().take(BINS) {
+            let g = (TILE - f) % TILE;
+            let (zr, zi) = (&re[f * h..(f + 1) * h], &im[f * h..(f + 1) * h]);
+            let (cr, ci) = (&re[g * h..(g + 1) * h], &im[g * h..(g + 1) * h]);
+            let (re_out, im_out) = out.split_at_mut(2 * h);
+            let (re_lo, re_hi) = re_out.split_at_mut(h);
+            let (im_lo, im_hi) = im_out.split_at_mut(h);
+            for i in 0..h {
+                re_lo[i] = 0.5 * (zr[i] + cr[i]);
+                im_lo[i] = 0.5 * (zi[i] - ci[i]);
+                re_hi[i] = 0.5 * (zi[i] + ci[i]);
+                im_hi[i] = 0.5 * (cr[i] - zr[i]);
+            }
+        }
+    }
+}
+
+/// Tile `tile`'s output rows from its products (`s_out [bin][tile][Re U·W | Im U·W]`, each
+/// `[Re W part | Im W part]` of `2c_out`): the inverse transform of `LO + i·HI` (the two halves
+/// of the channels), leaving `work = [Re: TILE × c_out/2 | Im: TILE × c_out/2]`, rows in order,
+/// the low half's outputs in the real part and the high half's in the imaginary part.
+fn output_tile(s_out: &[f32], tiles: usize, tile: usize, c_out: usize, tw: &([f32; TILE / 2], [f32; TILE / 2]), work: &mut [f32]) {
+    let h = c_out / 2;
+    let (re, im) = work.split_at_mut(TILE * h);
+    let bin = |f: usize| {
+        let at = (f * tiles + tile) * 4 * c_out;
+        s_out[at..at + 4 * c_out].split_at(2 * c_out)
+    };
+    for f in 0..TILE {
+        let at = bit_reversed(f) * h;
+        let (dr, di) = (&mut re[at..at + h], &mut im[at..at + h]);
+        if f < BINS {
+            let (p, q) = bin(f);
+            join_halves(p, q, false, dr, di);
+        } else {
+            // A real signal's spectrum: Y[f] = conj Y[TILE − f].
+            let (p, q) = bin(TILE - f);
+            join_halves(p, q, true, dr, di);
+        }
+    }
+    fft_rows(re, im, h, &tw.0, &tw.1, true);
+}
+
+dispatch! {
+    /// `Z = LO + i·HI` for one bin, `Y = U·W` being `Re Y = p_re − q_im`, `Im Y = p_im + q_re`
+    /// from `p = Re U·[Re W | Im W]` and `q = Im U·[Re W | Im W]`; or from the conjugates of
+    /// both halves (`conj`: the bins past `TILE/2`).
+    pub fn join_halves(p: &[f32], q: &[f32], conj: bool, zr: &mut [f32], zi: &mut [f32]) {
+        let c_out = p.len() / 2;
+        let h = c_out / 2;
+        let s = if conj { -1.0f32 } else { 1.0 };
+        for i in 0..h {
+            let re_lo = p[i] - q[c_out + i];
+            let re_hi = p[h + i] - q[c_out + h + i];
+            let im_lo = p[c_out + i] + q[i];
+            let im_hi = p[c_out + h + i] + q[h + i];
+            // LO + i·HI with LO = a + ib, HI = c + id (each conjugated when `conj`):
+            // (a − s·d) + i(s·b + c).
+            zr[i] = re_lo - s * im_hi;
+            zi[i] = s * im_lo + re_hi;
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "fourier_tests.rs"]
+mod tests;
