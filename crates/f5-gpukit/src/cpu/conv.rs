@@ -14,8 +14,8 @@
 //! grouped ones, and dense ones elsewhere, are one GEMM into a column matrix (every input row
 //! times every tap), after which each output row gathers the taps that land on it.
 //!
-//! Dense stride-1 convolutions of 5 to 33 taps over at least 32 (even) channels each way go
-//! through the FFT first (`fourier`, overlap-save over 64-row tiles): for Kokoro's k7/k11
+//! Dense stride-1 convolutions of 5 to 33 taps over at least 32 (even) channels each way, at most
+//! 256 × 256 channel pairs (the filters' spectrum is ~10× their size), go through the FFT first (`fourier`, overlap-save over 64-row tiles): for Kokoro's k7/k11
 //! resblock convolutions it does 3–5× fewer multiplications than any direct sum, which is what
 //! beats the direct kernel once that one is at the FMA roof. `F5_CPU_FFT_CONV=off` keeps every
 //! convolution on the direct paths (to compare, or to rule the FFT out when chasing a numeric

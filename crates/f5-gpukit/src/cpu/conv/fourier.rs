@@ -43,8 +43,15 @@ const MAX_KERNEL: usize = TILE / 2 + 1;
 /// on long inputs while keeping each bin's GEMM over 100+ tiles, so its filters are reused.
 const CHUNK_VALUES: usize = 1 << 22;
 
+/// Most filter pairs (`c_in·c_out`) taken: their spectrum, `2·BINS·c_in·c_out` floats (17 MB at
+/// 256 × 256), is made per call and its scratch kept for the next, so past this it would cost
+/// more memory than the weights by far (13× a 5-tap filter's size) for a small gain: at 512 × 512
+/// (Kokoro's text encoder) 69 MB.
+const MAX_FILTER_PAIRS: usize = 256 * 256;
+
 /// Whether [`conv1d_fft`] computes `spec` (and pays): dense, stride 1, zero padding, a kernel of
-/// 5 taps or more, even channel counts (the halves pair up), and enough output rows.
+/// 5 taps or more, even channel counts (the halves pair up), at most [`MAX_FILTER_PAIRS`], and
+/// enough output rows.
 pub(crate) fn suits(spec: &Conv1dSpec) -> bool {
     let Conv1dSpec { c_in, c_out, kernel, groups, stride, dilation, .. } = *spec;
     groups == 1
@@ -56,6 +63,7 @@ pub(crate) fn suits(spec: &Conv1dSpec) -> bool {
         && c_out >= 32
         && c_in % 2 == 0
         && c_out % 2 == 0
+        && c_in * c_out <= MAX_FILTER_PAIRS
         && spec.n_out() >= TILE * dilation
 }
 
