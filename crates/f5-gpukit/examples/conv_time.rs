@@ -17,6 +17,7 @@
 //! rel-L2 difference of the bf16 and int8 outputs from the f32 one. Timings are printed, never
 //! asserted. The f32 k7/k11 convolutions run by FFT, so their figure is an effective rate (the
 //! direct sum's FLOPs over the FFT path's time); `F5_CPU_FFT_CONV=off` times the direct kernel.
+//! Likewise the f32 k3 ones run by Winograd's F(4, 3) (`F5_CPU_WINOGRAD_CONV=off`: direct).
 
 use std::time::Instant;
 

@@ -19,7 +19,9 @@
 //! resblock convolutions it does 3–5× fewer multiplications than any direct sum, which is what
 //! beats the direct kernel once that one is at the FMA roof. `F5_CPU_FFT_CONV=off` keeps every
 //! convolution on the direct paths (to compare, or to rule the FFT out when chasing a numeric
-//! difference).
+//! difference). Dense stride-1 3-tap ones (≥ 32 channels each way, at most 512 × 512 pairs) go
+//! through Winograd's F(4, 3) (`winograd`: half the direct sum's multiplications, as six GEMMs
+//! over all tiles); `F5_CPU_WINOGRAD_CONV=off` keeps them direct.
 
 use rayon::prelude::*;
 
@@ -28,7 +30,10 @@ use super::scratch::{with_scratch, with_shared_scratch};
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, GemmSpec, MatLayout};
 
 mod direct;
+#[cfg(test)]
+mod f64_reference;
 mod fourier;
+mod winograd;
 pub(crate) use direct::{merged_taps, padded_row_len};
 
 pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
@@ -38,6 +43,9 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
     if spec.groups == 1 {
         if fourier::suits(spec) && fourier::enabled() {
             return fourier::conv1d_fft(spec, x, w, bias, y);
+        }
+        if winograd::suits(spec) && winograd::enabled() {
+            return winograd::conv1d_winograd(spec, x, w, bias, y);
         }
         if let Some(cpu) = direct::Avx512F::detect() {
             return direct::conv1d_dense(cpu, spec, x, w, bias, y);

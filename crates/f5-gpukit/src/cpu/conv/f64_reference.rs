@@ -1,0 +1,79 @@
+//! A direct convolution in f64 for the fast paths' tests to compare against, and the wrong
+//! variants each test shows it would catch (taps reversed: a convolution instead of a
+//! correlation; taps one row off; the dilation ignored; the bias left out).
+
+use crate::spec::Conv1dSpec;
+
+/// Uniform in [−1, 1), deterministic (xorshift).
+pub(crate) fn values(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            ((s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Variant {
+    Exact,
+    TapsReversed,
+    TapOffByOne,
+    DilationIgnored,
+    NoBias,
+}
+
+pub(crate) fn conv_f64(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: &[f32], variant: Variant) -> Vec<f64> {
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, pad, dilation, .. } = *spec;
+    let n_out = spec.n_out();
+    let d = if variant == Variant::DilationIgnored { 1 } else { dilation };
+    let mut y = vec![0.0f64; batch * n_out * c_out];
+    for b in 0..batch {
+        for t in 0..n_out {
+            for co in 0..c_out {
+                let mut acc = if variant == Variant::NoBias { 0.0 } else { bias[co] as f64 };
+                for k in 0..kernel {
+                    let tap = match variant {
+                        Variant::TapsReversed => kernel - 1 - k,
+                        _ => k,
+                    };
+                    let shift = usize::from(variant == Variant::TapOffByOne);
+                    let Some(src) = (t + k * d + shift).checked_sub(pad).filter(|&s| s < n) else { continue };
+                    for ci in 0..c_in {
+                        acc += x[(b * n + src) * c_in + ci] as f64 * w[(co * c_in + ci) * kernel + tap] as f64;
+                    }
+                }
+                y[(b * n_out + t) * c_out + co] = acc;
+            }
+        }
+    }
+    y
+}
+
+pub(crate) fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w).powi(2)).sum();
+    let den: f64 = want.iter().map(|w| w * w).sum();
+    (num / den).sqrt()
+}
+
+/// Runs `conv` on `spec` with random inputs and a bias, and asserts its output is within
+/// `tolerance` (rel-L2) of the f64 convolution while every wrong variant is over 100× that away.
+pub(crate) fn check_against_f64(spec: Conv1dSpec, tolerance: f64, conv: impl Fn(&Conv1dSpec, &[f32], &[f32], Option<&[f32]>, &mut [f32])) {
+    let x = values(spec.batch * spec.n * spec.c_in, 1);
+    let w = values(spec.c_out * spec.c_in * spec.kernel, 2);
+    let bias = values(spec.c_out, 3);
+    let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
+    conv(&spec, &x, &w, Some(&bias), &mut y);
+    let err = rel_l2(&y, &conv_f64(&spec, &x, &w, &bias, Variant::Exact));
+    assert!(err <= tolerance, "{spec:?}: rel-L2 {err:e}");
+    for wrong in [Variant::TapsReversed, Variant::TapOffByOne, Variant::DilationIgnored, Variant::NoBias] {
+        if wrong == Variant::DilationIgnored && spec.dilation == 1 {
+            continue;
+        }
+        let off = rel_l2(&y, &conv_f64(&spec, &x, &w, &bias, wrong));
+        assert!(off > 100.0 * tolerance, "{spec:?}: {wrong:?} is only {off:e} away");
+    }
+}
