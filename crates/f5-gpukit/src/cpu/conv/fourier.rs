@@ -185,7 +185,7 @@ pub(crate) fn conv1d_fft(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&
 }
 
 /// A slice that parallel tasks write disjoint, non-contiguous parts of.
-struct SharedOut(*mut f32, usize);
+pub(super) struct SharedOut(pub(super) *mut f32, pub(super) usize);
 // SAFETY: every use writes elements no other task touches (the callers' comments say which).
 unsafe impl Sync for SharedOut {}
 
@@ -193,7 +193,7 @@ impl SharedOut {
     /// # Safety
     /// `at + values.len()` is within the slice, and no other thread reads or writes those
     /// elements while the slice is shared.
-    unsafe fn write(&self, at: usize, values: &[f32]) {
+    pub(super) unsafe fn write(&self, at: usize, values: &[f32]) {
         assert!(at + values.len() <= self.1, "write past the shared slice");
         // SAFETY: in bounds (checked above); exclusive per the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.0.add(at), values.len()) }

@@ -21,6 +21,7 @@ use rayon::prelude::*;
 
 use super::super::gemm_raw;
 use super::super::scratch::{with_scratch, with_shared_scratch};
+use super::fourier::SharedOut;
 use crate::cpu::simd::dispatch;
 use crate::spec::{Conv1dSpec, GemmSpec, MatLayout, PadMode};
 
@@ -38,10 +39,16 @@ const CHUNK_VALUES: usize = 1 << 21;
 /// points × blocks) for every thread.
 const TASK_TILES: usize = 256;
 
-/// Whether [`conv1d_winograd`] computes `spec` (and pays): dense, stride 1, zero padding, 3 taps,
-/// at least 32 channels each way (narrower GEMMs do not reach the kernel's roof), at most
-/// [`MAX_FILTER_PAIRS`], and at least 16 tiles of outputs per phase.
+/// Whether [`conv1d_winograd`] computes `spec` and pays: it [`computes`] it, over at least
+/// [`MIN_ROWS`] outputs.
 pub(crate) fn suits(spec: &Conv1dSpec) -> bool {
+    computes(spec) && spec.n_out() >= MIN_ROWS
+}
+
+/// Whether [`conv1d_winograd`] computes `spec`: dense, stride 1, zero padding, 3 taps, at least
+/// 32 channels each way (narrower GEMMs do not reach the kernel's roof), at most
+/// [`MAX_FILTER_PAIRS`], and at least 16 tiles of outputs per phase.
+fn computes(spec: &Conv1dSpec) -> bool {
     let Conv1dSpec { c_in, c_out, kernel, groups, stride, dilation, .. } = *spec;
     groups == 1
         && stride == 1
@@ -53,6 +60,11 @@ pub(crate) fn suits(spec: &Conv1dSpec) -> bool {
         && c_in * c_out <= MAX_FILTER_PAIRS
         && spec.n_out() >= 16 * OUT * dilation
 }
+
+/// Fewest output rows taken: the filter transform, made per call, is `6·c_in·c_out` scalar
+/// mixes, as much time as F(4, 3) saves in the GEMMs over several hundred rows (Kokoro's F0/N
+/// blocks: 512 channels over a short input's 150–300 rows).
+const MIN_ROWS: usize = 1024;
 
 /// Whether the Winograd path is on: `F5_CPU_WINOGRAD_CONV=off` (or `0`) keeps 3-tap dense
 /// convolutions on the direct and im2col paths for the process, to compare the two.
@@ -155,24 +167,45 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
     });
 }
 
+/// Input channels per task of [`filter_transform`].
+const FILTER_BLOCK: usize = 16;
+
 /// `G·g` for every filter pair, `[point][c_in][c_out]` (each point a GEMM's right-hand side).
+/// Each task reads a block of input channels' taps contiguously per output channel and writes
+/// its `6 × FILTER_BLOCK` rows front to back (a filter-by-filter transpose touched a new cache
+/// line per value and cost more than a short input's whole convolution).
 fn filter_transform(spec: &Conv1dSpec, w: &[f32], out: &mut [f32]) {
     let Conv1dSpec { c_in, c_out, .. } = *spec;
-    out[..POINTS * c_in * c_out].par_chunks_mut(c_out).enumerate().for_each(|(row, dst)| {
-        let (p, ci) = (row / c_in, row % c_in);
-        for (co, v) in dst.iter_mut().enumerate() {
-            let g = &w[(co * c_in + ci) * 3..(co * c_in + ci) * 3 + 3];
-            // In f64, so each transformed tap is the exact mix rounded once.
-            let (g0, g1, g2) = (g[0] as f64, g[1] as f64, g[2] as f64);
-            *v = match p {
-                0 => g0 / 4.0,
-                1 => -(g0 + g1 + g2) / 6.0,
-                2 => -(g0 - g1 + g2) / 6.0,
-                3 => g0 / 24.0 + g1 / 12.0 + g2 / 6.0,
-                4 => g0 / 24.0 - g1 / 12.0 + g2 / 6.0,
-                _ => g2,
-            } as f32;
-        }
+    let out = &mut out[..POINTS * c_in * c_out];
+    let dst = SharedOut(out.as_mut_ptr(), out.len());
+    (0..c_in.div_ceil(FILTER_BLOCK)).into_par_iter().for_each(|blk| {
+        let ci0 = blk * FILTER_BLOCK;
+        let cis = FILTER_BLOCK.min(c_in - ci0);
+        with_scratch(POINTS * cis * c_out, |rows| {
+            for co in 0..c_out {
+                let taps = &w[(co * c_in + ci0) * 3..(co * c_in + ci0 + cis) * 3];
+                for (ci, g) in taps.chunks_exact(3).enumerate() {
+                    // In f64, so each transformed tap is the exact mix rounded once.
+                    let (g0, g1, g2) = (g[0] as f64, g[1] as f64, g[2] as f64);
+                    let mixes = [
+                        g0 / 4.0,
+                        -(g0 + g1 + g2) / 6.0,
+                        -(g0 - g1 + g2) / 6.0,
+                        g0 / 24.0 + g1 / 12.0 + g2 / 6.0,
+                        g0 / 24.0 - g1 / 12.0 + g2 / 6.0,
+                        g2,
+                    ];
+                    for (p, v) in mixes.into_iter().enumerate() {
+                        rows[(p * cis + ci) * c_out + co] = v as f32;
+                    }
+                }
+            }
+            for p in 0..POINTS {
+                let block = &rows[p * cis * c_out..(p + 1) * cis * c_out];
+                // SAFETY: rows ci0 .. ci0 + cis of point p belong to this task's block alone.
+                unsafe { dst.write((p * c_in + ci0) * c_out, block) };
+            }
+        });
     });
 }
 
