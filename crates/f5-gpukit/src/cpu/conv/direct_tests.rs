@@ -8,22 +8,10 @@
 //! convolution's phases are held to the same bound (`K·c_in` products at most per output);
 //! there the wrong variants are the taps taken in reverse order and the bias left out.
 
+use super::super::f64_reference::values;
 use super::{conv1d_dense, conv_transpose1d_dense, merged_taps, Avx512F, MR};
 use crate::cpu::conv::{grouped, tap_offsets, transpose_by_gemm};
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, PadMode};
-
-/// Uniform in [−1, 1), deterministic (xorshift).
-fn values(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            ((s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
-        })
-        .collect()
-}
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Variant {
