@@ -33,6 +33,7 @@ mod direct;
 #[cfg(test)]
 mod f64_reference;
 mod fourier;
+mod tiled;
 mod winograd;
 pub(crate) use direct::{merged_taps, padded_row_len};
 

@@ -77,3 +77,23 @@ pub(crate) fn check_against_f64(spec: Conv1dSpec, tolerance: f64, conv: impl Fn(
         assert!(off > 100.0 * tolerance, "{spec:?}: {wrong:?} is only {off:e} away");
     }
 }
+
+/// Runs `conv` on `spec` without a bias twice over one output buffer (first filled with NaN) and
+/// asserts both results are within `tolerance` of the f64 convolution: every output row is
+/// written each time, none left stale or accumulated.
+pub(crate) fn check_without_bias_twice(
+    spec: Conv1dSpec,
+    tolerance: f64,
+    conv: impl Fn(&Conv1dSpec, &[f32], &[f32], Option<&[f32]>, &mut [f32]),
+) {
+    let x = values(spec.batch * spec.n * spec.c_in, 4);
+    let w = values(spec.c_out * spec.c_in * spec.kernel, 5);
+    let zero = vec![0.0f32; spec.c_out];
+    let want = conv_f64(&spec, &x, &w, &zero, Variant::Exact);
+    let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
+    for _ in 0..2 {
+        conv(&spec, &x, &w, None, &mut y);
+        let err = rel_l2(&y, &want);
+        assert!(err <= tolerance, "{spec:?}: rel-L2 {err:e}");
+    }
+}

@@ -30,6 +30,7 @@ use rayon::prelude::*;
 
 use super::super::gemm_raw;
 use super::super::scratch::{with_scratch, with_shared_scratch};
+use super::tiled::{for_each_chunk, SharedOut};
 use crate::cpu::simd::dispatch;
 use crate::spec::{Conv1dSpec, GemmSpec, MatLayout, PadMode};
 
@@ -95,7 +96,13 @@ fn bit_reversed(m: usize) -> usize {
 /// `y = conv(x, w) + bias` for a spec that [`suits`]; `x [batch, n, c_in]`, `w [c_out, c_in, K]`
 /// (PyTorch's layout), `y [batch, n_out, c_out]`.
 pub(crate) fn conv1d_fft(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    let Conv1dSpec { batch, n, c_in, c_out, kernel, dilation: d, .. } = *spec;
+    conv1d_in_chunks(spec, x, w, bias, y, CHUNK_VALUES);
+}
+
+/// [`conv1d_fft`] with at most `chunk_values` spectrum values per chunk (at least one tile
+/// column's), so the tests can cross chunk boundaries on small inputs.
+fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], chunk_values: usize) {
+    let Conv1dSpec { c_in, c_out, kernel, dilation: d, .. } = *spec;
     let n_out = spec.n_out();
     if n_out == 0 || c_out == 0 {
         return;
@@ -105,7 +112,7 @@ pub(crate) fn conv1d_fft(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&
     // output rows d·valid·j .. d·valid·(j + 1).
     let columns = n_out.div_ceil(d).div_ceil(valid);
     let per_tile = BINS * (2 * c_in + 4 * c_out);
-    let chunk_columns = (CHUNK_VALUES / (per_tile * d)).clamp(1, columns);
+    let chunk_columns = (chunk_values / (per_tile * d)).clamp(1, columns);
     let tw = twiddles();
     with_shared_scratch(BINS * c_in * 2 * c_out, |wspec| {
         filter_spectrum(spec, w, wspec);
@@ -113,91 +120,70 @@ pub(crate) fn conv1d_fft(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&
         let chunk_tiles = chunk_columns * d;
         with_shared_scratch(chunk_tiles * per_tile, |spectra| {
             let (s_in, s_out) = spectra.split_at_mut(chunk_tiles * BINS * 2 * c_in);
-            for b in 0..batch {
-                let xb = &x[b * n * c_in..(b + 1) * n * c_in];
-                let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
-                for j0 in (0..columns).step_by(chunk_columns) {
-                    let j1 = (j0 + chunk_columns).min(columns);
-                    let tiles = (j1 - j0) * d;
-                    // 1. Input spectra, `[bin][tile][Re c_in | Im c_in]`: each tile's bins land
-                    //    `tiles` rows apart, so the tasks write through a shared pointer.
-                    let s_in = &mut s_in[..BINS * tiles * 2 * c_in];
-                    let dst = SharedOut(s_in.as_mut_ptr(), s_in.len());
-                    (0..tiles).into_par_iter().for_each(|i| {
-                        let (j, r) = (j0 + i / d, i % d);
-                        with_scratch(TILE * c_in + BINS * 2 * c_in, |work| {
-                            let (work, row) = work.split_at_mut(TILE * c_in);
-                            input_spectrum(spec, xb, r, j * valid, &tw, work, row);
-                            for (f, bin) in row.chunks_exact(2 * c_in).enumerate() {
-                                // SAFETY: tile i's row of bin f, inside the slice, written by
-                                // this task alone.
-                                unsafe { dst.write((f * tiles + i) * 2 * c_in, bin) };
-                            }
-                        });
+            for_each_chunk(spec, x, y, columns, chunk_columns, |xb, yb, j0, j1| {
+                let tiles = (j1 - j0) * d;
+                // 1. Input spectra, `[bin][tile][Re c_in | Im c_in]`: each tile's bins land
+                //    `tiles` rows apart, so the tasks write through a shared pointer.
+                let s_in = &mut s_in[..BINS * tiles * 2 * c_in];
+                let dst = SharedOut(s_in.as_mut_ptr(), s_in.len());
+                (0..tiles).into_par_iter().for_each(|i| {
+                    let (j, r) = (j0 + i / d, i % d);
+                    with_scratch(TILE * c_in + BINS * 2 * c_in, |work| {
+                        let (work, row) = work.split_at_mut(TILE * c_in);
+                        input_spectrum(spec, xb, r, j * valid, &tw, work, row);
+                        for (f, bin) in row.chunks_exact(2 * c_in).enumerate() {
+                            // SAFETY: tile i's row of bin f, inside the slice, written by
+                            // this task alone.
+                            unsafe { dst.write((f * tiles + i) * 2 * c_in, bin) };
+                        }
                     });
-                    // 2. Per bin, every tile's real and imaginary rows times `[Re W | Im W]`,
-                    //    into `[bin][tile][Re U·W | Im U·W]` (each bin's block its own).
-                    let (s_in, s_out) = (&*s_in, &mut s_out[..BINS * tiles * 4 * c_out]);
-                    s_out.par_chunks_mut(tiles * 4 * c_out).enumerate().for_each(|(f, block)| {
-                        let g = GemmSpec {
-                            m: 2 * tiles,
-                            n: 2 * c_out,
-                            k: c_in,
-                            batch: 1,
-                            a: MatLayout::row_major(c_in).at(f * tiles * 2 * c_in),
-                            b: MatLayout::row_major(2 * c_out).at(f * c_in * 2 * c_out),
-                            c: MatLayout::row_major(2 * c_out),
-                            beta: 0.0,
-                        };
-                        gemm_raw(&g, s_in, wspec, block, false);
-                    });
-                    // 3. Inverse transforms, one tile column (all d phases: whole output rows) each.
-                    let s_out = &*s_out;
-                    let rows0 = j0 * valid * d;
-                    let rows1 = (j1 * valid * d).min(n_out);
-                    yb[rows0 * c_out..rows1 * c_out].par_chunks_mut(valid * d * c_out).enumerate().for_each(|(jj, rows)| {
-                        with_scratch(TILE * c_out, |work| {
-                            for r in 0..d {
-                                let tile = jj * d + r;
-                                output_tile(s_out, tiles, tile, c_out, &tw, work);
-                                // Phase r's outputs in this column: rows r, r + d, … of `rows`.
-                                let h = c_out / 2;
-                                let (re, im) = work.split_at(TILE * h);
-                                for s in 0..valid {
-                                    let local = r + d * s;
-                                    if local * c_out >= rows.len() {
-                                        break;
-                                    }
-                                    let dst = &mut rows[local * c_out..(local + 1) * c_out];
-                                    dst[..h].copy_from_slice(&re[s * h..(s + 1) * h]);
-                                    dst[h..].copy_from_slice(&im[s * h..(s + 1) * h]);
-                                    if let Some(bv) = bias {
-                                        dst.iter_mut().zip(&bv[..c_out]).for_each(|(v, b)| *v += b);
-                                    }
+                });
+                // 2. Per bin, every tile's real and imaginary rows times `[Re W | Im W]`,
+                //    into `[bin][tile][Re U·W | Im U·W]` (each bin's block its own).
+                let (s_in, s_out) = (&*s_in, &mut s_out[..BINS * tiles * 4 * c_out]);
+                s_out.par_chunks_mut(tiles * 4 * c_out).enumerate().for_each(|(f, block)| {
+                    let g = GemmSpec {
+                        m: 2 * tiles,
+                        n: 2 * c_out,
+                        k: c_in,
+                        batch: 1,
+                        a: MatLayout::row_major(c_in).at(f * tiles * 2 * c_in),
+                        b: MatLayout::row_major(2 * c_out).at(f * c_in * 2 * c_out),
+                        c: MatLayout::row_major(2 * c_out),
+                        beta: 0.0,
+                    };
+                    gemm_raw(&g, s_in, wspec, block, false);
+                });
+                // 3. Inverse transforms, one tile column (all d phases: whole output rows) each.
+                let s_out = &*s_out;
+                let rows0 = j0 * valid * d;
+                let rows1 = (j1 * valid * d).min(n_out);
+                yb[rows0 * c_out..rows1 * c_out].par_chunks_mut(valid * d * c_out).enumerate().for_each(|(jj, rows)| {
+                    with_scratch(TILE * c_out, |work| {
+                        for r in 0..d {
+                            let tile = jj * d + r;
+                            output_tile(s_out, tiles, tile, c_out, &tw, work);
+                            // Phase r's outputs in this column: rows r, r + d, … of `rows`.
+                            let h = c_out / 2;
+                            let (re, im) = work.split_at(TILE * h);
+                            for s in 0..valid {
+                                let local = r + d * s;
+                                if local * c_out >= rows.len() {
+                                    break;
+                                }
+                                let dst = &mut rows[local * c_out..(local + 1) * c_out];
+                                dst[..h].copy_from_slice(&re[s * h..(s + 1) * h]);
+                                dst[h..].copy_from_slice(&im[s * h..(s + 1) * h]);
+                                if let Some(bv) = bias {
+                                    dst.iter_mut().zip(&bv[..c_out]).for_each(|(v, b)| *v += b);
                                 }
                             }
-                        });
+                        }
                     });
-                }
-            }
+                });
+            });
         });
     });
-}
-
-/// A slice that parallel tasks write disjoint, non-contiguous parts of.
-pub(super) struct SharedOut(pub(super) *mut f32, pub(super) usize);
-// SAFETY: every use writes elements no other task touches (the callers' comments say which).
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    /// # Safety
-    /// `at + values.len()` is within the slice, and no other thread reads or writes those
-    /// elements while the slice is shared.
-    pub(super) unsafe fn write(&self, at: usize, values: &[f32]) {
-        assert!(at + values.len() <= self.1, "write past the shared slice");
-        // SAFETY: in bounds (checked above); exclusive per the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.0.add(at), values.len()) }
-    }
 }
 
 /// Input channels per task of [`filter_spectrum`]: their filters (`16·K·c_out` values) stay in

@@ -7,8 +7,8 @@
 //! The wrong variants (taps reversed: a convolution instead of a correlation; taps one row off;
 //! the dilation ignored; the bias left out) are O(1) away.
 
-use super::super::f64_reference::{check_against_f64, conv_f64, rel_l2, values, Variant};
-use super::{conv1d_fft, suits, TILE};
+use super::super::f64_reference::{check_against_f64, check_without_bias_twice};
+use super::{conv1d_fft, conv1d_in_chunks, suits, TILE};
 use crate::spec::{Conv1dSpec, PadMode};
 
 const TOLERANCE: f64 = 2e-6;
@@ -40,18 +40,16 @@ fn matches_f64_with_other_channel_counts_batches_and_padding() {
 
 #[test]
 fn runs_without_bias_and_leaves_no_stale_values() {
-    let spec = Conv1dSpec::new(1, 333, 64, 64, 7).dilation(3).pad(9);
-    let x = values(spec.n * 64, 4);
-    let w = values(64 * 64 * 7, 5);
-    let zero = vec![0.0f32; 64];
-    let want = conv_f64(&spec, &x, &w, &zero, Variant::Exact);
-    // Twice over one output buffer: every row written each time, not accumulated.
-    let mut y = vec![f32::NAN; spec.n_out() * 64];
-    for _ in 0..2 {
-        conv1d_fft(&spec, &x, &w, None, &mut y);
-        let err = rel_l2(&y, &want);
-        assert!(err <= TOLERANCE, "rel-L2 {err:e}");
-    }
+    check_without_bias_twice(Conv1dSpec::new(1, 333, 64, 64, 7).dilation(3).pad(9), TOLERANCE, conv1d_fft);
+}
+
+#[test]
+fn spans_several_chunks() {
+    // 1,000 rows at dilation 3, k7: 58 outputs per phase and tile, 6 tile columns of 3 phases;
+    // with room for 2 columns per chunk, three chunks, for each of two batch items.
+    let spec = Conv1dSpec::new(2, 1000, 32, 32, 7).dilation(3).pad(9);
+    let per_column = 3 * 33 * (2 * 32 + 4 * 32);
+    check_against_f64(spec, TOLERANCE, |s, x, w, b, y| conv1d_in_chunks(s, x, w, b, y, 2 * per_column));
 }
 
 #[test]

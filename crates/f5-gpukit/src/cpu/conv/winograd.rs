@@ -21,7 +21,7 @@ use rayon::prelude::*;
 
 use super::super::gemm_raw;
 use super::super::scratch::{with_scratch, with_shared_scratch};
-use super::fourier::SharedOut;
+use super::tiled::{for_each_chunk, SharedOut};
 use crate::cpu::simd::dispatch;
 use crate::spec::{Conv1dSpec, GemmSpec, MatLayout, PadMode};
 
@@ -82,7 +82,7 @@ pub(crate) fn conv1d_winograd(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Opt
 /// [`conv1d_winograd`] with at most `chunk_values` transformed values per chunk (at least one
 /// tile column's), so the tests can cross chunk boundaries on small inputs.
 fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], chunk_values: usize) {
-    let Conv1dSpec { batch, n, c_in, c_out, dilation: d, .. } = *spec;
+    let Conv1dSpec { c_in, c_out, dilation: d, .. } = *spec;
     let n_out = spec.n_out();
     if n_out == 0 || c_out == 0 {
         return;
@@ -96,73 +96,68 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
         let chunk_tiles = chunk_columns * d;
         with_shared_scratch(chunk_tiles * per_tile, |work| {
             let (u, m) = work.split_at_mut(chunk_tiles * POINTS * c_in);
-            for b in 0..batch {
-                let xb = &x[b * n * c_in..(b + 1) * n * c_in];
-                let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
-                for j0 in (0..columns).step_by(chunk_columns) {
-                    let j1 = (j0 + chunk_columns).min(columns);
-                    let tiles = (j1 - j0) * d;
-                    // 1. Transformed inputs, `[tile][point][c_in]`, tile i = column · d + phase.
-                    let u = &mut u[..tiles * POINTS * c_in];
-                    u.par_chunks_mut(POINTS * c_in).enumerate().for_each(|(i, out)| {
-                        let (j, r) = (j0 + i / d, i % d);
-                        input_tile(spec, xb, r, j * OUT, out);
-                    });
-                    // 2. Per point, every tile's row times that point's filters, into
-                    //    `[point][tile][c_out]`; each task a block of one point's tiles.
-                    let u = &*u;
-                    let m = &mut m[..POINTS * tiles * c_out];
-                    let mut tasks = Vec::with_capacity(POINTS * tiles.div_ceil(TASK_TILES));
-                    for (p, point) in m.chunks_mut(tiles * c_out).enumerate() {
-                        for (blk, block) in point.chunks_mut(TASK_TILES * c_out).enumerate() {
-                            tasks.push((p, blk * TASK_TILES, block));
+            for_each_chunk(spec, x, y, columns, chunk_columns, |xb, yb, j0, j1| {
+                let tiles = (j1 - j0) * d;
+                // 1. Transformed inputs, `[tile][point][c_in]`, tile i = column · d + phase.
+                let u = &mut u[..tiles * POINTS * c_in];
+                u.par_chunks_mut(POINTS * c_in).enumerate().for_each(|(i, out)| {
+                    let (j, r) = (j0 + i / d, i % d);
+                    input_tile(spec, xb, r, j * OUT, out);
+                });
+                // 2. Per point, every tile's row times that point's filters, into
+                //    `[point][tile][c_out]`; each task a block of one point's tiles.
+                let u = &*u;
+                let m = &mut m[..POINTS * tiles * c_out];
+                let mut tasks = Vec::with_capacity(POINTS * tiles.div_ceil(TASK_TILES));
+                for (p, point) in m.chunks_mut(tiles * c_out).enumerate() {
+                    for (blk, block) in point.chunks_mut(TASK_TILES * c_out).enumerate() {
+                        tasks.push((p, blk * TASK_TILES, block));
+                    }
+                }
+                tasks.into_par_iter().for_each(|(p, t0, block)| {
+                    let g = GemmSpec {
+                        m: block.len() / c_out,
+                        n: c_out,
+                        k: c_in,
+                        batch: 1,
+                        a: MatLayout::row_major(POINTS * c_in).at(t0 * POINTS * c_in + p * c_in),
+                        b: MatLayout::row_major(c_out).at(p * c_in * c_out),
+                        c: MatLayout::row_major(c_out),
+                        beta: 0.0,
+                    };
+                    gemm_raw(&g, u, filters, block, false);
+                });
+                // 3. Output transforms, one tile column (all d phases: whole output rows) each,
+                //    the bias added on the way.
+                let m = &*m;
+                let rows0 = j0 * OUT * d;
+                let rows1 = (j1 * OUT * d).min(n_out);
+                let no_bias: &[f32] = &[];
+                let bias = bias.map_or(no_bias, |bv| &bv[..c_out]);
+                yb[rows0 * c_out..rows1 * c_out].par_chunks_mut(OUT * d * c_out).enumerate().for_each(|(jj, rows)| {
+                    // The last column may end before some phases' first row.
+                    for r in 0..d.min(rows.len() / c_out) {
+                        let tile = jj * d + r;
+                        let at = |p: usize| &m[(p * tiles + tile) * c_out..(p * tiles + tile + 1) * c_out];
+                        let products = [at(0), at(1), at(2), at(3), at(4), at(5)];
+                        // Phase r's outputs in this column: rows r, r + d, … of `rows`.
+                        let dst = &mut rows[r * c_out..];
+                        if dst.len() >= (OUT - 1) * d * c_out + c_out {
+                            output_rows(&products, bias, dst, d * c_out);
+                        } else {
+                            // The last column's phase ends early: through a scratch tile.
+                            with_scratch(OUT * c_out, |outs| {
+                                output_rows(&products, bias, outs, c_out);
+                                for (s, out) in outs.chunks_exact(c_out).enumerate() {
+                                    if s * d * c_out < dst.len() {
+                                        dst[s * d * c_out..s * d * c_out + c_out].copy_from_slice(out);
+                                    }
+                                }
+                            });
                         }
                     }
-                    tasks.into_par_iter().for_each(|(p, t0, block)| {
-                        let g = GemmSpec {
-                            m: block.len() / c_out,
-                            n: c_out,
-                            k: c_in,
-                            batch: 1,
-                            a: MatLayout::row_major(POINTS * c_in).at(t0 * POINTS * c_in + p * c_in),
-                            b: MatLayout::row_major(c_out).at(p * c_in * c_out),
-                            c: MatLayout::row_major(c_out),
-                            beta: 0.0,
-                        };
-                        gemm_raw(&g, u, filters, block, false);
-                    });
-                    // 3. Output transforms, one tile column (all d phases: whole output rows) each,
-                    //    the bias added on the way.
-                    let m = &*m;
-                    let rows0 = j0 * OUT * d;
-                    let rows1 = (j1 * OUT * d).min(n_out);
-                    let no_bias: &[f32] = &[];
-                    let bias = bias.map_or(no_bias, |bv| &bv[..c_out]);
-                    yb[rows0 * c_out..rows1 * c_out].par_chunks_mut(OUT * d * c_out).enumerate().for_each(|(jj, rows)| {
-                        // The last column may end before some phases' first row.
-                        for r in 0..d.min(rows.len() / c_out) {
-                            let tile = jj * d + r;
-                            let at = |p: usize| &m[(p * tiles + tile) * c_out..(p * tiles + tile + 1) * c_out];
-                            let products = [at(0), at(1), at(2), at(3), at(4), at(5)];
-                            // Phase r's outputs in this column: rows r, r + d, … of `rows`.
-                            let dst = &mut rows[r * c_out..];
-                            if dst.len() >= (OUT - 1) * d * c_out + c_out {
-                                output_rows(&products, bias, dst, d * c_out);
-                            } else {
-                                // The last column's phase ends early: through a scratch tile.
-                                with_scratch(OUT * c_out, |outs| {
-                                    output_rows(&products, bias, outs, c_out);
-                                    for (s, out) in outs.chunks_exact(c_out).enumerate() {
-                                        if s * d * c_out < dst.len() {
-                                            dst[s * d * c_out..s * d * c_out + c_out].copy_from_slice(out);
-                                        }
-                                    }
-                                });
-                            }
-                        }
-                    });
-                }
-            }
+                });
+            });
         });
     });
 }

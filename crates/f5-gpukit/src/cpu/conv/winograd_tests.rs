@@ -5,7 +5,7 @@
 //! points ±2 and the factors 4, 5 and 8 of the transforms), so the error is a few f32 ulps
 //! (2⁻²⁴ ≈ 6e-8) of those terms; measured 4–6e-7. The wrong variants are O(1) away.
 
-use super::super::f64_reference::{check_against_f64, conv_f64, rel_l2, values, Variant};
+use super::super::f64_reference::{check_against_f64, check_without_bias_twice};
 use super::{computes, conv1d_in_chunks, conv1d_winograd, suits, OUT};
 use crate::spec::{Conv1dSpec, PadMode};
 
@@ -36,26 +36,15 @@ fn matches_f64_with_other_channel_counts_batches_and_padding() {
 
 #[test]
 fn runs_without_bias_and_leaves_no_stale_values() {
-    let spec = Conv1dSpec::new(1, 333, 64, 64, 3).dilation(3).pad(3);
-    let x = values(spec.n * 64, 4);
-    let w = values(64 * 64 * 3, 5);
-    let zero = vec![0.0f32; 64];
-    let want = conv_f64(&spec, &x, &w, &zero, Variant::Exact);
-    // Twice over one output buffer: every row written each time, not accumulated.
-    let mut y = vec![f32::NAN; spec.n_out() * 64];
-    for _ in 0..2 {
-        conv1d_winograd(&spec, &x, &w, None, &mut y);
-        let err = rel_l2(&y, &want);
-        assert!(err <= TOLERANCE, "rel-L2 {err:e}");
-    }
+    check_without_bias_twice(Conv1dSpec::new(1, 333, 64, 64, 3).dilation(3).pad(3), TOLERANCE, conv1d_winograd);
 }
 
 #[test]
 fn spans_several_chunks_and_gemm_tasks() {
     // 1,200 rows at dilation 3: 100 tile columns of 3 phases, 300 tiles, so each point's GEMM
     // splits into two tasks (256 tiles each); and with room for 13 columns per chunk, eight
-    // chunks, the last partial.
-    let spec = Conv1dSpec::new(1, 1200, 32, 32, 3).dilation(3).pad(3);
+    // chunks, the last partial; for each of two batch items.
+    let spec = Conv1dSpec::new(2, 1200, 32, 32, 3).dilation(3).pad(3);
     assert!(suits(&spec), "a shape the dispatcher sends here");
     let per_column = 3 * 6 * (32 + 32);
     check_against_f64(spec, TOLERANCE, |s, x, w, b, y| conv1d_in_chunks(s, x, w, b, y, 13 * per_column));

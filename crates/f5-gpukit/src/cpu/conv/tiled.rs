@@ -1,0 +1,42 @@
+//! What the tiled convolution paths (`fourier`, `winograd`) share: the walk over batch items
+//! and chunks of tile columns, and a shared view of a buffer their tasks write disjointly.
+
+use crate::spec::Conv1dSpec;
+
+/// Calls `f(x_item, y_item, j0, j1)` for every batch item and every chunk `j0 .. j1` of
+/// `chunk_columns` tile columns out of `columns`: the scratch a path holds covers one chunk, so
+/// a long input is walked a chunk at a time.
+pub(super) fn for_each_chunk(
+    spec: &Conv1dSpec,
+    x: &[f32],
+    y: &mut [f32],
+    columns: usize,
+    chunk_columns: usize,
+    mut f: impl FnMut(&[f32], &mut [f32], usize, usize),
+) {
+    let Conv1dSpec { batch, n, c_in, c_out, .. } = *spec;
+    let n_out = spec.n_out();
+    for b in 0..batch {
+        let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+        let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
+        for j0 in (0..columns).step_by(chunk_columns.max(1)) {
+            f(xb, &mut *yb, j0, (j0 + chunk_columns).min(columns));
+        }
+    }
+}
+
+/// A slice that parallel tasks write disjoint, non-contiguous parts of.
+pub(super) struct SharedOut(pub(super) *mut f32, pub(super) usize);
+// SAFETY: every use writes elements no other task touches (the callers' comments say which).
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// # Safety
+    /// `at + values.len()` is within the slice, and no other thread reads or writes those
+    /// elements while the slice is shared.
+    pub(super) unsafe fn write(&self, at: usize, values: &[f32]) {
+        assert!(at + values.len() <= self.1, "write past the shared slice");
+        // SAFETY: in bounds (checked above); exclusive per the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.0.add(at), values.len()) }
+    }
+}
