@@ -14,14 +14,15 @@
 //! grouped ones, and dense ones elsewhere, are one GEMM into a column matrix (every input row
 //! times every tap), after which each output row gathers the taps that land on it.
 //!
-//! Dense stride-1 convolutions of 5 to 33 taps over at least 32 (even) channels each way, at most
-//! 256 × 256 channel pairs (the filters' spectrum is ~10× their size), go through the FFT first (`fourier`, overlap-save over 64-row tiles): for Kokoro's k7/k11
-//! resblock convolutions it does 3–5× fewer multiplications than any direct sum, which is what
-//! beats the direct kernel once that one is at the FMA roof. `F5_CPU_FFT_CONV=off` keeps every
-//! convolution on the direct paths (to compare, or to rule the FFT out when chasing a numeric
-//! difference). Dense stride-1 3-tap ones (≥ 32 channels each way, at most 512 × 512 pairs) go
-//! through Winograd's F(4, 3) (`winograd`: half the direct sum's multiplications, as six GEMMs
-//! over all tiles); `F5_CPU_WINOGRAD_CONV=off` keeps them direct.
+//! Dense stride-1 convolutions of 5 to 33 taps over at least 32 (even) channels each way, at
+//! most 256 × 256 channel pairs (the filters' spectrum is ~10× their size), go through the FFT
+//! first (`fourier`, overlap-save over 64-row tiles): for Kokoro's k7/k11 resblock convolutions
+//! it does 3–5× fewer multiplications than any direct sum, which is what beats the direct
+//! kernel once that one is at the FMA roof. Dense stride-1 3-tap ones (≥ 32 channels each way,
+//! at most 512 × 512 pairs, at least 1,024 output rows) go through Winograd's F(4, 3)
+//! (`winograd`: half the direct sum's multiplications, as six GEMMs over all tiles).
+//! `F5_CPU_FFT_CONV=off` and `F5_CPU_WINOGRAD_CONV=off` keep those on the direct paths (to
+//! compare, or to rule a transform out when chasing a numeric difference).
 
 use rayon::prelude::*;
 
