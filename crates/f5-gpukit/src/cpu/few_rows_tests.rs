@@ -1,4 +1,4 @@
-use super::{applies, gemm, k_block, MAX_ROWS, NR};
+use super::{applies, gemm, k_block, BROADCAST_MIN_ROWS, MAX_ROWS, NR, SUB_K};
 use crate::cpu::simd::Avx512F;
 use crate::spec::{GemmSpec, MatLayout};
 
@@ -35,11 +35,17 @@ fn reference(spec: &GemmSpec, a: &[f32], b: &[f32], c: &[f32]) -> (Vec<f64>, Vec
     (out, mag)
 }
 
-/// f32 rounding bound for one output: each lane sums ≤ kc/16 + 1 terms, 4 tree levels reduce
-/// the lanes, and each k block adds one more rounding: (k/16 + 6 + blocks)·u·Σ|a·b|, u = 2⁻²⁴.
+/// f32 rounding bound for one output, u = 2⁻²⁴, for the kernel `spec.m` selects. Lane sums:
+/// each lane sums ≤ kc/16 + 1 terms, 4 tree levels reduce the lanes, and each k block adds
+/// one more rounding: (k/16 + 6 + blocks)·u·Σ|a·b|. Broadcast: ≤ SUB_K serial products, then
+/// ≤ kc/SUB_K additions of those partial sums per k block, and one per k block into C:
+/// (SUB_K + kc/SUB_K + 2 + blocks)·u·Σ|a·b|.
 fn bound(spec: &GemmSpec, mag: f64) -> f64 {
-    let blocks = spec.k.div_ceil(k_block(spec.m, spec.k)) as f64;
-    (spec.k as f64 / 16.0 + 6.0 + blocks) * (1.0 / (1u64 << 24) as f64) * mag + 1e-30
+    let kc = k_block(spec.m, spec.k);
+    let blocks = spec.k.div_ceil(kc) as f64;
+    let chain =
+        if spec.m >= BROADCAST_MIN_ROWS { (SUB_K + kc.div_ceil(SUB_K) + 2) as f64 + blocks } else { spec.k as f64 / 16.0 + 6.0 + blocks };
+    chain * (1.0 / (1u64 << 24) as f64) * mag + 1e-30
 }
 
 fn run(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c0: &[f32], threads: usize) -> Vec<f32> {
@@ -77,10 +83,23 @@ fn matches_f64_within_the_rounding_bound_on_every_edge() {
         eprintln!("skipped: this CPU lacks AVX-512 F (the few-rows GEMM is not used here)");
         return;
     };
-    // Rows: 1, a partial tile, whole tiles, ALBERT's 58, the limit. Columns: under one
-    // panel, one panel, a partial panel past a whole block. k: one vector, a tail, a Linear's,
-    // and one long enough at MAX_ROWS rows to be cut into k blocks.
-    let shapes = [(1, 1, 16), (3, 5, 17), (4, 6, 31), (5, 7, 768), (58, 2 * 16 * NR + 5, 128), (58, 200, 2048), (MAX_ROWS, 13, 1000)];
+    // Rows: 1, a partial tile, whole tiles, the last row count of the lane kernel and the
+    // first of the broadcast one, a panel and one row, ALBERT's 58, the limit. Columns: under
+    // one panel, one panel, a partial panel past a whole block. k: one vector, a tail, one
+    // sub-block and one step, a Linear's, and one long enough at MAX_ROWS rows to be cut
+    // into k blocks.
+    let shapes = [
+        (1, 1, 16),
+        (3, 5, 17),
+        (4, 6, 31),
+        (5, 7, 768),
+        (BROADCAST_MIN_ROWS - 1, 7, 100),
+        (BROADCAST_MIN_ROWS, 13, SUB_K + 1),
+        (33, 8 * 12 + 1, 130),
+        (58, 2 * 16 * NR + 5, 128),
+        (58, 200, 2048),
+        (MAX_ROWS, 13, 1000),
+    ];
     assert!(k_block(MAX_ROWS, 1000) < 1000, "the last shape must take more than one k block");
     for (case, &(m, n, k)) in shapes.iter().enumerate() {
         for beta in [0.0, 1.0] {
@@ -98,21 +117,24 @@ fn matches_f64_within_the_rounding_bound_on_every_edge() {
 
 #[test]
 fn the_bound_catches_a_dropped_product() {
-    // The tolerance above is tight enough to see one missing term of k = 17 (the tail lane):
-    // the sum without it is outside the bound for a typical element.
-    let spec = linear_spec(3, 5, 17, 17, 5, 0.0);
-    let (a, b, c0) = operands(&spec, 3);
-    let (want, mag) = reference(&spec, &a, &b, &c0);
-    let mut caught = 0;
-    for i in 0..spec.m {
-        for j in 0..spec.n {
-            let idx = spec.c.offset + i * spec.c.row_stride + j;
-            let last = a[spec.a.offset + i * spec.a.row_stride + 16] as f64 * b[spec.b.offset + j * spec.b.col_stride + 16] as f64;
-            let without_tail = (want[idx] - last) as f32 as f64;
-            caught += usize::from((without_tail - want[idx]).abs() > bound(&spec, mag[idx]));
+    // The tolerance above is tight enough, for either kernel, to see one missing term of
+    // k = 17 (the lane kernel's tail lane; a step of the broadcast one): the sum without it is
+    // outside the bound for a typical element.
+    for m in [3, BROADCAST_MIN_ROWS + 6] {
+        let spec = linear_spec(m, 5, 17, 17, 5, 0.0);
+        let (a, b, c0) = operands(&spec, 3);
+        let (want, mag) = reference(&spec, &a, &b, &c0);
+        let mut caught = 0;
+        for i in 0..spec.m {
+            for j in 0..spec.n {
+                let idx = spec.c.offset + i * spec.c.row_stride + j;
+                let last = a[spec.a.offset + i * spec.a.row_stride + 16] as f64 * b[spec.b.offset + j * spec.b.col_stride + 16] as f64;
+                let without_tail = (want[idx] - last) as f32 as f64;
+                caught += usize::from((without_tail - want[idx]).abs() > bound(&spec, mag[idx]));
+            }
         }
+        assert!(caught >= spec.m * spec.n - 2, "m{m}: only {caught} of {} outputs would catch a dropped term", spec.m * spec.n);
     }
-    assert!(caught >= spec.m * spec.n - 1, "only {caught} of {} outputs would catch a dropped tail", spec.m * spec.n);
 }
 
 #[test]
@@ -121,7 +143,7 @@ fn bits_do_not_depend_on_the_thread_count() {
         eprintln!("skipped: this CPU lacks AVX-512 F");
         return;
     };
-    for &(m, n, k) in &[(58, 2304, 768), (MAX_ROWS, 300, 1000)] {
+    for &(m, n, k) in &[(BROADCAST_MIN_ROWS - 1, 500, 300), (58, 2304, 768), (MAX_ROWS, 300, 1000)] {
         let spec = linear_spec(m, n, k, k, n, 0.0);
         let (a, b, c0) = operands(&spec, 7);
         let one = run(cpu, &spec, &a, &b, &c0, 1);
