@@ -85,7 +85,9 @@ fn main() -> AnyResult<()> {
         "conv (c, K, dilation, rows)", "f32", "bf16", "int8", "amx", "bf16 ×", "int8 ×", "amx ×", "rel-L2 bf16", "rel-L2 int8"
     );
     // (channels, kernel, dilation, rows): the generator's resblocks at the two upsampled rates,
-    // the decoder's wide k3 convs.
+    // the decoder's wide k3 convs; then those of a short sentence (56 phonemes, 153 frames),
+    // which take the few-row path on AVX-512: the decoder's and F0/N blocks' k3 convs, the
+    // text encoder's k5 over the 58 tokens.
     let shapes = [
         (128, 3, 1, 40000),
         (128, 3, 5, 40000),
@@ -98,6 +100,10 @@ fn main() -> AnyResult<()> {
         (256, 11, 3, 6000),
         (512, 3, 1, 3000),
         (1024, 3, 1, 1500),
+        (1024, 3, 1, 153),
+        (512, 3, 1, 153),
+        (256, 3, 1, 306),
+        (512, 5, 1, 58),
     ];
     for (c, kernel, dilation, rows) in shapes {
         let name = format!("c{c} k{kernel} d{dilation} × {rows}");

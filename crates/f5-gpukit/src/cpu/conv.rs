@@ -21,18 +21,22 @@
 //! kernel once that one is at the FMA roof. Dense stride-1 3-tap ones (≥ 32 channels each way,
 //! at most 512 × 512 pairs, at least 1,024 output rows) go through Winograd's F(4, 3)
 //! (`winograd`: half the direct sum's multiplications, as six GEMMs over all tiles).
-//! `F5_CPU_FFT_CONV=off` and `F5_CPU_WINOGRAD_CONV=off` keep those on the direct paths (to
-//! compare, or to rule a transform out when chasing a numeric difference).
+//! Other dense ones with 24 to 320 output rows (Kokoro's text encoder and decoder on a
+//! sentence) are the few-row GEMM's broadcast product (`few_rows::conv1d`): the filters read
+//! in place as its weight, the input rows packed per 32 output rows, where the direct kernel
+//! would pack the whole filter bank on every call for only a few tiles of output.
+//! `F5_CPU_FFT_CONV=off`, `F5_CPU_WINOGRAD_CONV=off` and `F5_CPU_FEW_ROWS_CONV=off` keep those
+//! on the direct paths (to compare, or to rule a path out when chasing a numeric difference).
 
 use rayon::prelude::*;
 
-use super::gemm_raw;
 use super::scratch::{with_scratch, with_shared_scratch};
+use super::{few_rows, gemm_raw};
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, GemmSpec, MatLayout};
 
 mod direct;
 #[cfg(test)]
-mod f64_reference;
+pub(crate) mod f64_reference;
 mod fourier;
 mod tiled;
 mod winograd;
@@ -50,6 +54,9 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
             return winograd::conv1d_winograd(spec, x, w, bias, y);
         }
         if let Some(cpu) = direct::Avx512F::detect() {
+            if few_rows::conv_applies(spec) && few_rows::conv_enabled() {
+                return few_rows::conv1d(cpu, spec, x, w, bias, y);
+            }
             return direct::conv1d_dense(cpu, spec, x, w, bias, y);
         }
     }

@@ -25,9 +25,10 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::conv::source_row;
 use crate::cpu::scratch::with_shared_scratch;
 use crate::cpu::simd::Avx512F;
-use crate::spec::GemmSpec;
+use crate::spec::{Conv1dSpec, GemmSpec};
 
 /// Rows of the register tile.
 const MR: usize = 4;
@@ -46,7 +47,11 @@ const PANEL_ROWS: usize = 32;
 /// broadcast W value in the 32 AVX-512 registers.
 const BNR: usize = 12;
 /// Columns of C per task of the broadcast kernel, fixed like [`COL_BLOCK`].
-const BROADCAST_COL_BLOCK: usize = 8 * BNR;
+const BROADCAST_COL_BLOCK: usize = 4 * BNR;
+/// Row panels per task of the broadcast kernel: the tasks split rows as well as columns, so a
+/// product with few columns (Kokoro's 256-channel convolutions) still has several tasks per
+/// thread to balance.
+const PANELS_PER_TASK: usize = 2;
 /// Products each register sum of the broadcast kernel runs serially before it is added to the
 /// tile's running sum: a rounding chain of at most `SUB_K + kc/SUB_K` additions per k block,
 /// against `kc/16 + 4` for the lane sums (equal near k = 1,000), at one add per 64 FMAs.
@@ -54,6 +59,9 @@ const SUB_K: usize = 64;
 /// From this many rows the broadcast kernel beats the lane sums (fewer rows leave most of a
 /// 32-row panel as padding).
 pub(crate) const BROADCAST_MIN_ROWS: usize = 24;
+/// Dense convolutions with up to this many output rows run as the broadcast kernel's product
+/// ([`conv1d`]) rather than the direct kernel, which packs the filters on every call.
+pub(crate) const MAX_CONV_ROWS: usize = 320;
 /// Up to this many rows the in-place kernels beat packing (measured on the Zen 4 the Kokoro
 /// figures come from: `cargo run --release -p f5-gpukit --example bf16_gemm -- --rows M`).
 pub(crate) const MAX_ROWS: usize = 192;
@@ -84,6 +92,13 @@ fn k_block(m: usize, k: usize) -> usize {
     }
 }
 
+/// k elements per block of the broadcast kernel: a task reads [`PANELS_PER_TASK`] panels, so
+/// their rows, not all of A's, are what must stay in L2. Longer blocks mean fewer passes that
+/// add a tile into C.
+fn broadcast_k_block(k: usize) -> usize {
+    k_block(PANELS_PER_TASK * PANEL_ROWS, k)
+}
+
 /// A `*mut f32` shared by the tasks, which write disjoint columns of C.
 #[derive(Clone, Copy)]
 struct SharedC(*mut f32);
@@ -107,30 +122,44 @@ pub(crate) fn gemm(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut 
     }
 }
 
-/// Writes one finished tile's sums into C: `sum(r, j)` is the sum for row `i0 + r` and column
-/// `j0 + j`, stored where `first` (the first k block of an overwrite) and added otherwise.
+/// Where a product's sums go: C's first element and row stride (columns are contiguous), and
+/// whether the first k block overwrites C (else every block adds to it).
+#[derive(Clone, Copy)]
+struct Target {
+    offset: usize,
+    row_stride: usize,
+    overwrite: bool,
+}
+
+/// Writes one k block's sums of a tile into C: `sum(r, j)` is the sum for row `i0 + r` and
+/// column `j0 + j`, stored where `first` (the first k block of an overwrite) and added
+/// otherwise; `bias` (given on the last k block only) is added after.
 ///
 /// # Safety
-/// Rows `i0..i0 + rows` and columns `j0..j0 + cols` lie inside C (checked by [`gemm`]), and no
-/// other task writes them.
+/// Rows `i0..i0 + rows` and columns `j0..j0 + cols` lie inside C, and no other task writes them.
 #[allow(clippy::too_many_arguments)]
 unsafe fn write_tile(
     out: &SharedC,
-    spec: &GemmSpec,
+    target: Target,
     i0: usize,
     rows: usize,
     j0: usize,
     cols: usize,
     first: bool,
+    bias: Option<&[f32]>,
     sum: impl Fn(usize, usize) -> f32,
 ) {
     for r in 0..rows {
-        let row = spec.c.offset + (i0 + r) * spec.c.row_stride + j0;
+        let row = target.offset + (i0 + r) * target.row_stride + j0;
         for j in 0..cols {
             // SAFETY: the caller's contract.
             unsafe {
                 let d = out.0.add(row + j);
-                *d = if first { sum(r, j) } else { *d + sum(r, j) };
+                let v = if first { sum(r, j) } else { *d + sum(r, j) };
+                *d = match bias {
+                    Some(bias) => v + bias[j0 + j],
+                    None => v,
+                };
             }
         }
     }
@@ -141,13 +170,14 @@ fn gemm_lanes(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]
     let (m, n, k) = (spec.m, spec.n, spec.k);
     let kc = k_block(m, k);
     let out = SharedC(c.as_mut_ptr());
+    let target = Target { offset: spec.c.offset, row_stride: spec.c.row_stride, overwrite: spec.beta == 0.0 };
     (0..n.div_ceil(COL_BLOCK)).into_par_iter().for_each(|blk| {
         // The whole `SharedC` (Sync), not its pointer field, is what the closure captures.
         let out = &out;
         let cols = blk * COL_BLOCK..((blk + 1) * COL_BLOCK).min(n);
         for k0 in (0..k).step_by(kc) {
             let len = kc.min(k - k0);
-            let first = k0 == 0 && spec.beta == 0.0;
+            let first = k0 == 0 && target.overwrite;
             for j0 in cols.clone().step_by(NR) {
                 let nc = NR.min(cols.end - j0);
                 for i0 in (0..m).step_by(MR) {
@@ -160,7 +190,7 @@ fn gemm_lanes(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]
                         let ap = a.as_ptr().add(spec.a.offset + i0 * spec.a.row_stride + k0);
                         let bp = b.as_ptr().add(spec.b.offset + j0 * spec.b.col_stride + k0);
                         tile_dispatch(cpu, nr, nc, len, ap, spec.a.row_stride, bp, spec.b.col_stride, &mut sums);
-                        write_tile(out, spec, i0, nr, j0, nc, first, |r, j| sums[r][j]);
+                        write_tile(out, target, i0, nr, j0, nc, first, None, |r, j| sums[r][j]);
                     }
                 }
             }
@@ -171,45 +201,144 @@ fn gemm_lanes(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]
 /// The 32×12 broadcast kernel's GEMM (at least [`BROADCAST_MIN_ROWS`] rows): A packed into
 /// k-major panels once, shared read-only by every task.
 fn gemm_broadcast(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
-    let (m, n, k) = (spec.m, spec.n, spec.k);
-    let kc = k_block(m, k);
+    let (m, k) = (spec.m, spec.k);
+    let pack = |p: usize, panel: &mut [f32]| {
+        let rows = PANEL_ROWS.min(m - p * PANEL_ROWS);
+        for (q, slot) in panel.chunks_exact_mut(PANEL_ROWS).enumerate() {
+            for (r, v) in slot.iter_mut().enumerate() {
+                *v = if r < rows { a[spec.a.offset + (p * PANEL_ROWS + r) * spec.a.row_stride + q] } else { 0.0 };
+            }
+        }
+    };
+    let target = Target { offset: spec.c.offset, row_stride: spec.c.row_stride, overwrite: spec.beta == 0.0 };
+    let weight = Weight { values: b, offset: spec.b.offset, stride: spec.b.col_stride };
+    broadcast_product(cpu, (m, spec.n, k), pack, weight, target, None, c);
+}
+
+/// A weight read in place as the B operand: column `j` of B is `values[offset + j·stride ..]`,
+/// contiguous along k.
+#[derive(Clone, Copy)]
+struct Weight<'a> {
+    values: &'a [f32],
+    offset: usize,
+    stride: usize,
+}
+
+/// `C (+)= P·B (+ bias)` for `(m, n, k)`, where `pack(p, panel)` writes every value of panel
+/// `p` (`k` steps of [`PANEL_ROWS`] values: `panel[q·32 + r]` is row `p·32 + r` at `q`, zero
+/// past `m`). The panels are packed once, in parallel, and shared read-only by the column
+/// tasks. The caller has checked that C's rows and B's columns lie inside their slices.
+fn broadcast_product(
+    cpu: Avx512F,
+    (m, n, k): (usize, usize, usize),
+    pack: impl Fn(usize, &mut [f32]) + Sync,
+    weight: Weight<'_>,
+    target: Target,
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+) {
+    let kc = broadcast_k_block(k);
     let panels = m.div_ceil(PANEL_ROWS);
     let out = SharedC(c.as_mut_ptr());
     with_shared_scratch(panels * k * PANEL_ROWS, |packed| {
-        packed.par_chunks_mut(k * PANEL_ROWS).enumerate().for_each(|(p, panel)| {
-            let rows = PANEL_ROWS.min(m - p * PANEL_ROWS);
-            for (q, slot) in panel.chunks_exact_mut(PANEL_ROWS).enumerate() {
-                for (r, v) in slot.iter_mut().enumerate() {
-                    *v = if r < rows { a[spec.a.offset + (p * PANEL_ROWS + r) * spec.a.row_stride + q] } else { 0.0 };
-                }
-            }
-        });
+        packed.par_chunks_mut(k * PANEL_ROWS).enumerate().for_each(|(p, panel)| pack(p, panel));
         let packed = &*packed;
-        (0..n.div_ceil(BROADCAST_COL_BLOCK)).into_par_iter().for_each(|blk| {
+        let groups = panels.div_ceil(PANELS_PER_TASK);
+        (0..n.div_ceil(BROADCAST_COL_BLOCK) * groups).into_par_iter().for_each(|task| {
             let out = &out;
+            let (blk, group) = (task / groups, task % groups);
             let cols = blk * BROADCAST_COL_BLOCK..((blk + 1) * BROADCAST_COL_BLOCK).min(n);
+            let own_panels = group * PANELS_PER_TASK..((group + 1) * PANELS_PER_TASK).min(panels);
             for k0 in (0..k).step_by(kc) {
                 let len = kc.min(k - k0);
-                let first = k0 == 0 && spec.beta == 0.0;
+                let first = k0 == 0 && target.overwrite;
+                let bias = bias.filter(|_| k0 + len == k);
                 for j0 in cols.clone().step_by(BNR) {
                     let nc = BNR.min(cols.end - j0);
-                    for p in 0..panels {
+                    for p in own_panels.clone() {
                         let rows = PANEL_ROWS.min(m - p * PANEL_ROWS);
                         let mut sums = [[0.0f32; PANEL_ROWS]; BNR];
                         // SAFETY: panel p holds k·PANEL_ROWS packed values, of which k0..k0+len
-                        // are read; columns j0..j0+nc of B over k0..k0+len lie inside `b` (the
-                        // asserts in `gemm`); this task alone owns columns `cols` of C.
+                        // are read; columns j0..j0+nc of B over k0..k0+len lie inside the
+                        // weight and C's rows and columns inside `c` (the caller's check); this
+                        // task alone owns rows `own_panels` of columns `cols` of C.
                         unsafe {
                             let ap = packed.as_ptr().add((p * k + k0) * PANEL_ROWS);
-                            let bp = b.as_ptr().add(spec.b.offset + j0 * spec.b.col_stride + k0);
-                            broadcast_dispatch(cpu, nc, len, ap, bp, spec.b.col_stride, &mut sums);
-                            write_tile(out, spec, p * PANEL_ROWS, rows, j0, nc, first, |r, j| sums[j][r]);
+                            let bp = weight.values.as_ptr().add(weight.offset + j0 * weight.stride + k0);
+                            broadcast_dispatch(cpu, nc, len, ap, bp, weight.stride, &mut sums);
+                            write_tile(out, target, p * PANEL_ROWS, rows, j0, nc, first, bias, |r, j| sums[j][r]);
                         }
                     }
                 }
             }
         });
     });
+}
+
+/// Whether [`conv1d`] takes this convolution: dense, with [`BROADCAST_MIN_ROWS`] to
+/// [`MAX_CONV_ROWS`] output rows per batch item, no more rows than output channels, and at
+/// least one vector of `c_in·K`. The row limit against the channels: this path packs
+/// `rows·c_in·K` input values per call where the direct kernel packs `c_out·c_in·K` filter
+/// values (measured on `conv_time`: 1024 and 512 channels at 153 rows 1.3–1.6× the direct
+/// kernel, 256 channels at 306 rows 0.6–0.8×).
+pub(crate) fn conv_applies(spec: &Conv1dSpec) -> bool {
+    spec.groups == 1
+        && (BROADCAST_MIN_ROWS..=MAX_CONV_ROWS.min(spec.c_out)).contains(&spec.n_out())
+        && spec.c_out > 0
+        && spec.c_in * spec.kernel >= 16
+}
+
+/// Whether the few-row convolution is on: `F5_CPU_FEW_ROWS_CONV=off` (or `0`) keeps such
+/// convolutions on the direct kernel for the process, to compare the two on the same machine.
+pub(crate) fn conv_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("F5_CPU_FEW_ROWS_CONV").is_ok_and(|v| v == "off" || v == "0"))
+}
+
+/// A dense convolution with few output rows as the broadcast kernel's product: the filters
+/// `[c_out, c_in, K]` are B read in place (column `j` is filter `j`, k = `ci·K + tap`), and
+/// each panel holds, per (channel, tap), the input value 32 output rows read there (zero on
+/// padding). Unlike the direct kernel, nothing of the filters is packed, which at a few
+/// hundred rows cost about as much as the arithmetic. For a spec that [`conv_applies`] and
+/// was validated against the slices.
+pub(crate) fn conv1d(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    debug_assert!(conv_applies(spec));
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, .. } = *spec;
+    let n_out = spec.n_out();
+    let k = c_in * kernel;
+    assert!(
+        w.len() >= c_out * k && y.len() >= batch * n_out * c_out && x.len() >= batch * n * c_in,
+        "conv1d operands outside their buffers"
+    );
+    assert!(bias.is_none_or(|b| b.len() >= c_out), "conv1d bias shorter than c_out");
+    for b in 0..batch {
+        let xb = &x[b * n * c_in..(b + 1) * n * c_in];
+        // Per 16 input channels, every row and tap: the panel lines those channels' values go to
+        // (16 channels × K taps × 32 rows) stay in L1 while each input row is read once per
+        // channel block. Row-major over all channels instead touched the whole panel for each
+        // row and took ~40 % of the product's time at 256 channels × 306 rows.
+        let pack = |p: usize, panel: &mut [f32]| {
+            for c0 in (0..c_in).step_by(16) {
+                let c1 = (c0 + 16).min(c_in);
+                for r in 0..PANEL_ROWS {
+                    let t = p * PANEL_ROWS + r;
+                    for tap in 0..kernel {
+                        let src = if t < n_out { source_row(spec, t, tap) } else { None };
+                        match src {
+                            Some(s) => {
+                                for (ci, &v) in (c0..c1).zip(&xb[s * c_in + c0..s * c_in + c1]) {
+                                    panel[(ci * kernel + tap) * PANEL_ROWS + r] = v;
+                                }
+                            }
+                            None => (c0..c1).for_each(|ci| panel[(ci * kernel + tap) * PANEL_ROWS + r] = 0.0),
+                        }
+                    }
+                }
+            }
+        };
+        let target = Target { offset: b * n_out * c_out, row_stride: c_out, overwrite: true };
+        broadcast_product(cpu, (n_out, c_out, k), pack, Weight { values: w, offset: 0, stride: k }, target, bias, y);
+    }
 }
 
 /// Calls the broadcast kernel compiled for `cols` columns (at most [`BNR`]).

@@ -1,4 +1,4 @@
-use super::{applies, gemm, k_block, BROADCAST_MIN_ROWS, MAX_ROWS, NR, SUB_K};
+use super::{applies, broadcast_k_block, gemm, k_block, BROADCAST_MIN_ROWS, MAX_ROWS, NR, SUB_K};
 use crate::cpu::simd::Avx512F;
 use crate::spec::{GemmSpec, MatLayout};
 
@@ -41,7 +41,7 @@ fn reference(spec: &GemmSpec, a: &[f32], b: &[f32], c: &[f32]) -> (Vec<f64>, Vec
 /// ≤ kc/SUB_K additions of those partial sums per k block, and one per k block into C:
 /// (SUB_K + kc/SUB_K + 2 + blocks)·u·Σ|a·b|.
 fn bound(spec: &GemmSpec, mag: f64) -> f64 {
-    let kc = k_block(spec.m, spec.k);
+    let kc = if spec.m >= BROADCAST_MIN_ROWS { broadcast_k_block(spec.k) } else { k_block(spec.m, spec.k) };
     let blocks = spec.k.div_ceil(kc) as f64;
     let chain =
         if spec.m >= BROADCAST_MIN_ROWS { (SUB_K + kc.div_ceil(SUB_K) + 2) as f64 + blocks } else { spec.k as f64 / 16.0 + 6.0 + blocks };
@@ -101,6 +101,7 @@ fn matches_f64_within_the_rounding_bound_on_every_edge() {
         (MAX_ROWS, 13, 1000),
     ];
     assert!(k_block(MAX_ROWS, 1000) < 1000, "the last shape must take more than one k block");
+    assert!(broadcast_k_block(2048) < 2048, "58 × 2048 must take more than one k block");
     for (case, &(m, n, k)) in shapes.iter().enumerate() {
         for beta in [0.0, 1.0] {
             let spec = linear_spec(m, n, k, k + 2, n + 3, beta);
@@ -163,4 +164,103 @@ fn takes_only_few_row_products_with_k_contiguous_operands() {
     assert!(!applies(&GemmSpec { b: MatLayout::row_major(2304), ..linear }), "B row-major: its columns are strided");
     assert!(!applies(&GemmSpec { a: MatLayout::transposed(58), ..linear }), "A column-major");
     assert!(!applies(&GemmSpec { c: MatLayout::row_major(100), ..linear }), "C rows overlap");
+}
+
+/// The few-row convolution against the f64 convolution. Tolerance 2e-6 rel-L2: each output sums
+/// `c_in·K` products in chains of at most `SUB_K + kc/SUB_K` roundings, ~1e-7 relative for
+/// these sums (measured 1–2e-7); every wrong variant (taps reversed, one row off, dilation
+/// ignored, bias dropped) lands over 100× further.
+mod conv {
+    use super::super::{broadcast_k_block, conv1d, conv_applies, MAX_CONV_ROWS};
+    use crate::cpu::conv::f64_reference::{check_against_f64, check_without_bias_twice, conv_f64, rel_l2, values, Variant};
+    use crate::cpu::simd::Avx512F;
+    use crate::spec::{Conv1dSpec, PadMode};
+
+    const TOLERANCE: f64 = 2e-6;
+
+    /// (batch, n, c_in, c_out, kernel, stride, dilation, pad): two batch items; a partial
+    /// panel with a partial last column block; dilation 5 with padding at both ends; stride 2;
+    /// no padding; `c_in·K` long enough at the most rows to be cut into k blocks.
+    fn shapes() -> Vec<Conv1dSpec> {
+        let s = |batch, n, c_in, c_out, kernel, stride, dilation, pad| {
+            Conv1dSpec::new(batch, n, c_in, c_out, kernel).stride(stride).dilation(dilation).pad(pad)
+        };
+        vec![
+            s(2, 37, 6, 40, 3, 1, 1, 1),
+            s(1, 150, 64, 161, 3, 1, 1, 1),
+            s(1, 100, 33, 113, 11, 1, 5, 25),
+            s(1, 61, 32, 39, 3, 2, 1, 1),
+            s(1, 60, 20, 56, 5, 1, 1, 0),
+            s(1, MAX_CONV_ROWS, 600, MAX_CONV_ROWS, 3, 1, 1, 1),
+        ]
+    }
+
+    fn cpu() -> Option<Avx512F> {
+        let cpu = Avx512F::detect();
+        if cpu.is_none() {
+            eprintln!("skipped: this CPU lacks AVX-512 F (the few-row convolution is not used here)");
+        }
+        cpu
+    }
+
+    #[test]
+    fn matches_f64_and_not_the_wrong_variants() {
+        let Some(cpu) = cpu() else { return };
+        let last = *shapes().last().expect("shapes");
+        assert!(broadcast_k_block(last.c_in * last.kernel) < last.c_in * last.kernel, "the last shape must take more than one k block");
+        for spec in shapes() {
+            assert!(conv_applies(&spec), "{spec:?} must be a few-row convolution");
+            check_against_f64(spec, TOLERANCE, |s, x, w, b, y| conv1d(cpu, s, x, w, b, y));
+            check_without_bias_twice(spec, TOLERANCE, |s, x, w, b, y| conv1d(cpu, s, x, w, b, y));
+        }
+    }
+
+    #[test]
+    fn bits_do_not_depend_on_the_thread_count() {
+        let Some(cpu) = cpu() else { return };
+        let spec = Conv1dSpec::new(1, 153, 200, 300, 3).pad(1);
+        let (x, w, bias) = (values(153 * 200, 1), values(300 * 200 * 3, 2), values(300, 3));
+        let run = |threads| {
+            let mut y = vec![f32::NAN; 153 * 300];
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+            pool.install(|| conv1d(cpu, &spec, &x, &w, Some(&bias), &mut y));
+            y
+        };
+        let one = run(1);
+        assert!(run(2) == one && run(3) == one, "the thread count changed the bits");
+    }
+
+    /// Reflect padding: the same as zero padding 0 over the input with its reflection added.
+    #[test]
+    fn reflect_padding_reads_the_mirrored_rows() {
+        let Some(cpu) = cpu() else { return };
+        let (n, c_in, c_out, kernel, pad) = (40, 6, 45, 5, 2);
+        let spec = Conv1dSpec::new(1, n, c_in, c_out, kernel).pad(pad).pad_mode(PadMode::Reflect);
+        let (x, w, bias) = (values(n * c_in, 7), values(c_out * c_in * kernel, 8), values(c_out, 9));
+        let padded: Vec<f32> = (0..n + 2 * pad)
+            .flat_map(|p| {
+                let row = PadMode::Reflect.source(p, pad, n).expect("reflect always reads a row");
+                x[row * c_in..(row + 1) * c_in].to_vec()
+            })
+            .collect();
+        let want = conv_f64(&Conv1dSpec::new(1, n + 2 * pad, c_in, c_out, kernel), &padded, &w, &bias, Variant::Exact);
+        let zero_padded = conv_f64(&Conv1dSpec::new(1, n, c_in, c_out, kernel).pad(pad), &x, &w, &bias, Variant::Exact);
+        let mut y = vec![f32::NAN; n * c_out];
+        conv1d(cpu, &spec, &x, &w, Some(&bias), &mut y);
+        let err = rel_l2(&y, &want);
+        assert!(err <= TOLERANCE, "reflect: rel-L2 {err:e}");
+        let off = rel_l2(&y, &zero_padded);
+        assert!(off > 100.0 * TOLERANCE, "zero padding is only {off:e} away: the test cannot tell them apart");
+    }
+
+    #[test]
+    fn takes_only_dense_convolutions_with_few_rows() {
+        let at = |n| Conv1dSpec::new(1, n, 64, 512, 3).pad(1);
+        assert!(conv_applies(&at(153)));
+        assert!(!conv_applies(&Conv1dSpec::new(1, 153, 64, 152, 3).pad(1)), "more rows than output channels");
+        assert!(!conv_applies(&at(super::BROADCAST_MIN_ROWS - 1)), "under the broadcast kernel's rows");
+        assert!(!conv_applies(&at(MAX_CONV_ROWS + 1)), "over the few-row limit");
+        assert!(!conv_applies(&at(153).groups(2)), "grouped");
+        assert!(!conv_applies(&Conv1dSpec::new(1, 153, 5, 64, 3).pad(1)), "c_in·K under one vector");
+    }
 }

@@ -27,7 +27,7 @@ pub(crate) enum Variant {
 }
 
 pub(crate) fn conv_f64(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: &[f32], variant: Variant) -> Vec<f64> {
-    let Conv1dSpec { batch, n, c_in, c_out, kernel, pad, dilation, .. } = *spec;
+    let Conv1dSpec { batch, n, c_in, c_out, kernel, pad, stride, dilation, .. } = *spec;
     let n_out = spec.n_out();
     let d = if variant == Variant::DilationIgnored { 1 } else { dilation };
     let mut y = vec![0.0f64; batch * n_out * c_out];
@@ -41,7 +41,7 @@ pub(crate) fn conv_f64(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: &[f32], va
                         _ => k,
                     };
                     let shift = usize::from(variant == Variant::TapOffByOne);
-                    let Some(src) = (t + k * d + shift).checked_sub(pad).filter(|&s| s < n) else { continue };
+                    let Some(src) = (t * stride + k * d + shift).checked_sub(pad).filter(|&s| s < n) else { continue };
                     for ci in 0..c_in {
                         acc += x[(b * n + src) * c_in + ci] as f64 * w[(co * c_in + ci) * kernel + tap] as f64;
                     }
