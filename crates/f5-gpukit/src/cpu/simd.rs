@@ -176,6 +176,46 @@ pub fn sin_f32(x: f32) -> f32 {
     v as f32
 }
 
+/// Past this magnitude [`sin_f32_arith`]'s reduction by π/2 is no longer exact
+/// (`j·PIO2_B` needs |j| < 2^13); callers send such arguments to [`sin_f32`] instead.
+pub const SIN_F32_ARITH_LIMIT: f32 = 8_192.0;
+
+/// `sin(x)` in f32 arithmetic alone, within 2 ulp of the exact sine for |x| <
+/// [`SIN_F32_ARITH_LIMIT`] (tested; PyTorch's vectorised sine, SLEEF's u10, promises 1 ulp): x
+/// reduced by π/2 with π/2 in four parts (Cody–Waite: the first two products exact, the last
+/// two fused), then Cephes' minimax polynomials for sin and cos on
+/// |r| ≤ π/4. 16 f32 lanes against [`sin_f32`]'s 8 f64 ones, with no conversions: what the
+/// f32 backend's Snake uses where every argument of a row is in range.
+#[inline(always)]
+pub fn sin_f32_arith(x: f32) -> f32 {
+    const TWO_OVER_PI: f32 = std::f32::consts::FRAC_2_PI;
+    // π/2 = A + B + C + D (to 1e-23): A has 8 significant bits and B 11, so j·A and j·B are
+    // exact for the quadrants j below the limit, and near a zero of the sine (r small) both
+    // subtractions are exact too (Sterbenz); C and D go in by fused multiply-adds, one rounding
+    // each. Without D, or with C's product rounded apart, r is 2–3 ulp off there.
+    const PIO2_A: f32 = 1.570_312_5;
+    const PIO2_B: f32 = 4.837_513e-4;
+    const PIO2_C: f32 = 7.549_79e-8;
+    const PIO2_D: f32 = -1.715_124_5e-15;
+    // 1.5·2^23: adding it rounds to an integer held in the low mantissa bits (two's
+    // complement), which gives the quadrant without a float-to-int conversion.
+    const ROUND_MAGIC_F32: f32 = 12_582_912.0;
+    let jm = x * TWO_OVER_PI + ROUND_MAGIC_F32;
+    let quadrant = jm.to_bits();
+    let j = jm - ROUND_MAGIC_F32;
+    let r = (x - j * PIO2_A) - j * PIO2_B;
+    let r = (-j).mul_add(PIO2_D, (-j).mul_add(PIO2_C, r));
+    let z = r * r;
+    let s = r + r * z * (-1.666_665_5e-1 + z * (8.332_161e-3 + z * -1.951_529_6e-4));
+    let c = 1.0 - 0.5 * z + z * z * (4.166_664_6e-2 + z * (-1.388_731_6e-3 + z * 2.443_315_7e-5));
+    let v = if quadrant & 1 == 0 { s } else { c };
+    if quadrant & 2 == 0 {
+        v
+    } else {
+        -v
+    }
+}
+
 /// Whether every `|α·x|` is below `limit` (false if one is NaN). A plain AND of comparisons,
 /// so that it vectorises: a running NaN-aware maximum compiled to a scalar loop that took most
 /// of Snake's time.
@@ -230,9 +270,16 @@ dispatch! {
 dispatch! {
     /// Snake in place on one channels-last row: `x + sin²(α·x)/α`, with `inv_alpha = 1/α`
     /// computed once by the caller (the same f32 value PyTorch divides by). Vectorised through
-    /// [`sin_f32`]; a row with an argument past [`SIN_FAST_LIMIT`] (or NaN) takes libm's sinf.
+    /// [`sin_f32_arith`] (the sine to 2 ulp in f32 arithmetic, as PyTorch's is to 1); a row with
+    /// an argument past [`SIN_F32_ARITH_LIMIT`] takes [`sin_f32`] (through f64), and one past
+    /// [`SIN_FAST_LIMIT`] (or with a NaN) libm's sinf.
     pub fn snake_row(x: &mut [f32], alpha: &[f32], inv_alpha: &[f32]) {
-        if all_below(x, alpha, SIN_FAST_LIMIT) {
+        if all_below(x, alpha, SIN_F32_ARITH_LIMIT) {
+            for ((v, &a), &ia) in x.iter_mut().zip(alpha).zip(inv_alpha) {
+                let s = sin_f32_arith(a * *v);
+                *v += ia * (s * s);
+            }
+        } else if all_below(x, alpha, SIN_FAST_LIMIT) {
             for ((v, &a), &ia) in x.iter_mut().zip(alpha).zip(inv_alpha) {
                 let s = sin_f32(a * *v);
                 *v += ia * (s * s);
@@ -538,6 +585,63 @@ mod tests {
         assert!(sin_f32(f32::NAN).is_nan() && sin_f32(f32::INFINITY).is_nan());
     }
 
+    /// Distance of `got` from the exact `want` in units of f32's ulp at `want` (the spacing of
+    /// f32 values around it; at least the smallest normal's, so zeros are not divided by 0).
+    fn ulps_from(got: f32, want: f64) -> f64 {
+        let spacing = (want.abs() as f32).max(f32::MIN_POSITIVE);
+        let ulp = (f32::from_bits(spacing.to_bits() + 1) - spacing) as f64;
+        (got as f64 - want).abs() / ulp
+    }
+
+    #[test]
+    fn sin_f32_arith_is_within_2_ulp_up_to_its_limit() {
+        // Dense where Snake's arguments live, sparse out to the limit, and the arguments nearest
+        // the first multiples of π/2 (where the reduction's cancellation is worst).
+        let mut worst = 0.0f64;
+        let mut check = |x: f32| {
+            let got = sin_f32_arith(x);
+            let ulps = ulps_from(got, (x as f64).sin());
+            assert!(ulps <= 2.0, "sin({x:e}) = {got:e}: {ulps} ulp from {}", (x as f64).sin());
+            worst = worst.max(ulps);
+        };
+        let mut x = -400.0f32;
+        while x < 400.0 {
+            check(x);
+            x += 0.000_913;
+        }
+        let mut x = 400.0f32;
+        while x < SIN_F32_ARITH_LIMIT {
+            check(x);
+            check(-x);
+            x *= 1.000_01;
+        }
+        for j in 1..2_000 {
+            let near = (j as f64 * std::f64::consts::FRAC_PI_2) as f32;
+            for x in [near, f32::from_bits(near.to_bits() - 1), f32::from_bits(near.to_bits() + 1)] {
+                check(x);
+                check(-x);
+            }
+        }
+        for x in [0.0f32, -0.0, 1e-30, -1e-20, 1e-4] {
+            check(x);
+        }
+        println!("sin_f32_arith: worst {worst:.3} ulp");
+        // The bound is tight enough to catch a reduction without its last part (D): near the
+        // zeros of the sine (x ≈ jπ/2, j even, where sin x = ±sin r) the reduced argument is
+        // then over 2 ulp off.
+        let mut worst_three_part = 0.0f64;
+        for j in (2..2_000).step_by(2) {
+            let near = (j as f64 * std::f64::consts::FRAC_PI_2) as f32;
+            for x in [near, f32::from_bits(near.to_bits() - 1), f32::from_bits(near.to_bits() + 1)] {
+                let q = (x * std::f32::consts::FRAC_2_PI).round_ties_even();
+                let r = (-q).mul_add(7.549_79e-8, (x - q * 1.570_312_5) - q * 4.837_513e-4);
+                let sign = if (q as i32) & 2 == 0 { 1.0 } else { -1.0 };
+                worst_three_part = worst_three_part.max(ulps_from(sign * (r as f64).sin() as f32, (x as f64).sin()));
+            }
+        }
+        assert!(worst_three_part > 2.0, "the test cannot tell a three-part reduction (worst {worst_three_part} ulp)");
+    }
+
     #[test]
     fn sin2_f32_is_within_4e_7_of_the_exact_square_up_to_its_limit() {
         // Dense where Snake's arguments live, sparse out to the limit.
@@ -591,7 +695,9 @@ mod tests {
     fn snake_row_takes_libm_past_the_fast_limit() {
         let alpha = [0.5f32, 2.0, 1.0];
         let inv: Vec<f32> = alpha.iter().map(|a| 1.0 / a).collect();
-        for x0 in [[0.3f32, -1.7, 12.0], [3.0e6, -1.7, 12.0]] {
+        // All three paths: the f32-arithmetic sine, the one through f64 (an argument past
+        // 8,192) and libm's (past 10⁶).
+        for x0 in [[0.3f32, -1.7, 12.0], [0.3, -1.7, 12_000.0], [3.0e6, -1.7, 12.0]] {
             let mut x = x0;
             snake_row(&mut x, &alpha, &inv);
             for j in 0..3 {
