@@ -73,6 +73,42 @@ impl CpuBackend {
         }
     }
 
+    /// [`Backend::gemm`] on slices: for the bf16 backend, which widens a bf16 weight into
+    /// scratch memory and multiplies it here.
+    pub(crate) fn gemm_slices(&self, spec: &GemmSpec, a: &[f32], b: &[f32], bias: Option<&[f32]>, c: &mut [f32]) -> Result<()> {
+        spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
+        self.run(|| {
+            // On one thread too, so the sums are the same whatever the thread count.
+            if let Some(cpu) = simd::Avx512F::detect().filter(|_| few_rows::applies(spec)) {
+                few_rows::gemm(cpu, spec, a, b, c);
+            } else if spec.batch == 1 && spec.m <= GEMM_FEW_ROWS && spec.n >= 2 * GEMM_COLUMN_BLOCK {
+                gemm_by_columns(spec, a, b, c);
+            } else {
+                gemm_raw(spec, a, b, c, true);
+            }
+            if let Some(bias) = bias {
+                // A separate, row-parallel pass: seeding C with the bias and accumulating
+                // (read_dst) costs the GEMM more than this pass does.
+                let bias = &bias[..spec.n];
+                for bi in 0..spec.batch {
+                    let co = spec.c.offset + bi * spec.c.batch_stride;
+                    let rs = spec.c.row_stride;
+                    let end = co + (spec.m.max(1) - 1) * rs + spec.n;
+                    if spec.m == 0 {
+                        continue;
+                    }
+                    c[co..end].par_chunks_mut(rs * ROWS_PER_TASK).for_each(|rows| {
+                        for row in rows.chunks_mut(rs) {
+                            let len = row.len().min(spec.n);
+                            simd::axpy(1.0, &bias[..len], &mut row[..len]);
+                        }
+                    });
+                }
+            }
+        });
+        Ok(())
+    }
+
     /// [`Backend::instance_norm`] on slices, each output row then through `snake` when given
     /// (`(α, row function)`: the f32 backend's Snake or the bf16 backend's), after the checks of
     /// both ops: the one body of `instance_norm` and `instance_norm_snake` on both CPU backends.
@@ -93,8 +129,8 @@ impl CpuBackend {
         Ok(())
     }
 
-    /// [`Backend::snake`] with `sin²` in f32 arithmetic (within 4e-7 of exact instead of the
-    /// correctly rounded sine through f64): the bf16 backend's Snake, where the convolutions
+    /// [`Backend::snake`] with `sin²` from [`simd::sin2_f32`] (within 4e-7 of exact, against
+    /// the f32 backend's sine within 2 ulp): the bf16 backend's Snake, where the convolutions
     /// around it add far more.
     pub(crate) fn snake_f32_sin(&self, x: &mut [f32], rows: usize, c: usize, alpha: &[f32]) -> Result<()> {
         let total = check::snake(rows, c, x.len(), alpha.len())?;
@@ -300,37 +336,7 @@ impl Backend for CpuBackend {
     }
 
     fn gemm(&self, spec: &GemmSpec, a: &Vec<f32>, b: &Vec<f32>, bias: Option<&Vec<f32>>, c: &mut Vec<f32>) -> Result<()> {
-        spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
-        self.run(|| {
-            // On one thread too, so the sums are the same whatever the thread count.
-            if let Some(cpu) = simd::Avx512F::detect().filter(|_| few_rows::applies(spec)) {
-                few_rows::gemm(cpu, spec, a, b, c);
-            } else if spec.batch == 1 && spec.m <= GEMM_FEW_ROWS && spec.n >= 2 * GEMM_COLUMN_BLOCK {
-                gemm_by_columns(spec, a, b, c);
-            } else {
-                gemm_raw(spec, a, b, c, true);
-            }
-            if let Some(bias) = bias {
-                // A separate, row-parallel pass: seeding C with the bias and accumulating
-                // (read_dst) costs the GEMM more than this pass does.
-                let bias = &bias[..spec.n];
-                for bi in 0..spec.batch {
-                    let co = spec.c.offset + bi * spec.c.batch_stride;
-                    let rs = spec.c.row_stride;
-                    let end = co + (spec.m.max(1) - 1) * rs + spec.n;
-                    if spec.m == 0 {
-                        continue;
-                    }
-                    c[co..end].par_chunks_mut(rs * ROWS_PER_TASK).for_each(|rows| {
-                        for row in rows.chunks_mut(rs) {
-                            let len = row.len().min(spec.n);
-                            simd::axpy(1.0, &bias[..len], &mut row[..len]);
-                        }
-                    });
-                }
-            }
-        });
-        Ok(())
+        self.gemm_slices(spec, a, b, bias.map(|b| b.as_slice()), c)
     }
 
     fn attention(&self, spec: &AttentionSpec, q: &Vec<f32>, k: &Vec<f32>, v: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {

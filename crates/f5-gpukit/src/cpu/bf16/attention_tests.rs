@@ -238,7 +238,7 @@ fn backend_attention_is_the_kernel_on_any_thread_count() {
     let data = grid_data(&mut rng, (3, 2 * QUERY_BLOCK + 5, 64, 0.125));
     let want = run_kernel(cpu, &data);
     for threads in [1, 3] {
-        let kit = CpuBf16Backend::with_threads(threads).expect("bf16 backend on a CPU that has the kernel");
+        let kit = CpuBf16Backend::with_threads(threads).expect("bf16 backend on a CPU that has the kernel").with_bf16_dot_products(true);
         let (q, k, v) = (kit.upload(&data.q).unwrap(), kit.upload(&data.k).unwrap(), kit.upload(&data.v).unwrap());
         let mut out = kit.alloc(data.q.len()).unwrap();
         kit.attention(&data.spec, &q, &k, &v, &mut out).unwrap();

@@ -264,7 +264,7 @@ fn bf16_conv_is_within_the_bf16_bound_of_the_f64_conv() {
 #[test]
 fn backend_runs_dense_bf16_filters_on_the_kernel_and_grouped_ones_in_f32() {
     let Some(cpu) = kernel_available("bf16 backend conv1d") else { return };
-    let bf16 = CpuBf16Backend::with_threads(2).expect("bf16 backend");
+    let bf16 = CpuBf16Backend::with_threads(2).expect("bf16 backend").with_bf16_dot_products(true);
     let f32k = CpuBackend::with_threads(2).expect("f32 backend");
     // Dense: the backend gives exactly what the kernel gives (same blocking, same pool size).
     let spec = Conv1dSpec::new(1, 64, 12, 20, 7).dilation(3).pad(9);

@@ -19,6 +19,14 @@
 //! There is no slow path: [`CpuBf16Backend::with_threads`] refuses a CPU without AVX-512 BF16,
 //! naming the missing extension.
 //!
+//! Where the bf16 dot products do not pay ([`CpuBf16Backend::bf16_dot_products`]: Intel cores
+//! without AMX-BF16, whose `vdpbf16ps` issues once a cycle — the f32 FMA's rate in products, so
+//! the kernels' conversions make them slower than f32, measured 0.25–0.6× on a 2-core Xeon),
+//! the weights stay bf16 in memory and each GEMM, attention, `conv1d` and `conv_transpose1d`
+//! that reads one widens it exactly to f32 in scratch memory and runs the f32 backend's kernels
+//! (FFT, Winograd, few-row and direct convolutions): f32 arithmetic on the bf16-rounded
+//! weights, with the activations kept in f32. `F5_CPU_BF16_DOT=on` or `off` overrides the choice.
+//!
 //! A weight uploaded with [`Backend::upload_weight_compact`] (layers that must compute in f32)
 //! is stored as IEEE f16, half the memory of f32, and widened exactly to f32 for each `gemm`,
 //! `conv1d`, `conv_transpose1d` or `lstm` that reads it (into a buffer freed after the op, which
@@ -63,9 +71,12 @@ mod tests;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
+use rayon::prelude::*;
+
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
+use crate::cpu::scratch::with_shared_scratch;
 use crate::spec::{
     AttentionSpec, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec, RopeSpec, StftSpec,
 };
@@ -280,6 +291,9 @@ pub struct CpuBf16Backend {
     int8: Option<Avx512Vnni>,
     /// Set where the AMX bf16 tiles may run the dense bf16 convolutions that fit them.
     amx_bf16: Option<conv_bf16_amx::AmxBf16>,
+    /// Whether bf16 weights meet the AVX-512 BF16 kernels; else they are widened to f32 for
+    /// the f32 kernels (see the module docs).
+    bf16_dot: bool,
     /// The packed B operand, reused by every GEMM (a GEMM that finds it busy packs into its own).
     packed_b: Arc<Mutex<Vec<u32>>>,
 }
@@ -291,11 +305,13 @@ impl CpuBf16Backend {
         let cpu = Avx512Bf16::detect().map_err(|feature| {
             KitError::Device(format!("bf16 weights on the CPU need the {feature} instruction set extension, which this CPU lacks; use f32"))
         })?;
+        let amx_bf16 = conv_bf16_amx::AmxBf16::detect().ok();
         Ok(CpuBf16Backend {
             f32: CpuBackend::with_threads(threads)?,
             cpu,
             int8: None,
-            amx_bf16: conv_bf16_amx::AmxBf16::detect().ok(),
+            amx_bf16,
+            bf16_dot: bf16_dot_products_pay(amx_bf16.is_some()),
             packed_b: Arc::new(Mutex::new(Vec::new())),
         })
     }
@@ -335,9 +351,47 @@ impl CpuBf16Backend {
         CpuBf16Backend { int8: self.int8.map(|v| v.without_amx()), amx_bf16: None, ..self }
     }
 
+    /// Whether GEMMs, attention and convolutions with a bf16 weight compute with AVX-512 BF16
+    /// dot products (or AMX tiles) on bf16-rounded activations; `false` where the weight is
+    /// widened to f32 for the f32 kernels instead. Chosen at construction from the CPU (see the
+    /// module docs) unless `F5_CPU_BF16_DOT` is `on` or `off`.
+    pub fn bf16_dot_products(&self) -> bool {
+        self.bf16_dot
+    }
+
+    /// This backend with the bf16 dot products on or off whatever the CPU: to compare the two
+    /// on one machine, or to test both paths anywhere.
+    pub fn with_bf16_dot_products(self, on: bool) -> Self {
+        CpuBf16Backend { bf16_dot: on, ..self }
+    }
+
     /// Threads the ops run on.
     pub fn threads(&self) -> usize {
         self.f32.threads()
+    }
+
+    /// Runs `f` on the bf16 values `w` widened (exactly) to f32 in shared scratch memory: the
+    /// f32 kernels' view of a bf16 weight where the bf16 dot products do not pay.
+    fn with_widened<R>(&self, w: &[u16], f: impl FnOnce(&[f32]) -> R) -> R {
+        with_shared_scratch(w.len(), |wide| {
+            self.f32.run(|| {
+                wide.par_chunks_mut(WIDEN_CHUNK).zip(w.par_chunks(WIDEN_CHUNK)).for_each(|(out, bits)| {
+                    for (o, &b) in out.iter_mut().zip(bits) {
+                        *o = gemm::from_bf16(b);
+                    }
+                })
+            });
+            f(wide)
+        })
+    }
+
+    /// Runs `f` on `buf`'s values as f32 for `op`: a bf16 weight widened in scratch memory, an
+    /// f16 one widened into a buffer of the op's, an f32 buffer as it is.
+    fn with_f32_values<R>(&self, op: &'static str, buf: &CpuBuf, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+        match &buf.0 {
+            Repr::Bf16(w) => self.with_widened(w, f),
+            _ => f(&self.wide(op, buf)?),
+        }
     }
 
     /// `buf`'s values as f32 for `op`: an f16 weight widened (exactly), an f32 buffer as it is;
@@ -351,6 +405,37 @@ impl CpuBf16Backend {
         out.resize(v.len(), 0.0);
         v.convert_to_f32_slice(&mut out);
         Ok(Wide::Owned(out))
+    }
+}
+
+/// bf16 values widened per task by [`CpuBf16Backend::with_widened`].
+const WIDEN_CHUNK: usize = 1 << 15;
+
+/// Whether the AVX-512 BF16 kernels (or the AMX tiles, `amx_bf16`) beat f32 arithmetic on the
+/// widened weights here: `F5_CPU_BF16_DOT=on`/`off` decides where set; else they do with AMX
+/// and on every CPU but Intel's (Zen 4 and 5 issue two `vdpbf16ps` a cycle: the bf16 kernels
+/// measured 2× f32 there), and not on Intel cores without AMX.
+fn bf16_dot_products_pay(amx_bf16: bool) -> bool {
+    match std::env::var("F5_CPU_BF16_DOT").as_deref() {
+        Ok("on" | "1") => true,
+        Ok("off" | "0") => false,
+        _ => amx_bf16 || !cpu_is_intel(),
+    }
+}
+
+/// Whether CPUID's vendor string is "GenuineIntel".
+fn cpu_is_intel() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
+        #[allow(unused_unsafe)]
+        let id = unsafe { std::arch::x86_64::__cpuid(0) };
+        let vendor = [id.ebx.to_le_bytes(), id.edx.to_le_bytes(), id.ecx.to_le_bytes()].concat();
+        vendor == b"GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
@@ -469,7 +554,8 @@ impl Backend for CpuBf16Backend {
     }
 
     /// f32 GEMM (the `gemm` crate) when neither operand is a bf16 weight (an f16 one widened
-    /// first), else the bf16 kernel.
+    /// first), else the bf16 kernel (or, where the bf16 dot products do not pay, the f32 GEMM
+    /// on the weight widened).
     fn gemm(&self, spec: &GemmSpec, a: &CpuBuf, b: &CpuBuf, bias: Option<&CpuBuf>, c: &mut CpuBuf) -> Result<()> {
         let bias = bias.map(|b| b.f32("gemm")).transpose()?;
         if !a.is_bf16() && !b.is_bf16() {
@@ -481,9 +567,14 @@ impl Backend for CpuBf16Backend {
         if let Some(done) = self.gemm_int8(spec, a, b, bias, c) {
             return done;
         }
-        let (Some(a), Some(b)) = (a.operand(), b.operand()) else {
+        let (Some(a_op), Some(b_op)) = (a.operand(), b.operand()) else {
             return Err(shape_err("gemm", "a bf16 GEMM weight and an f16 weight cannot be multiplied together"));
         };
+        if !self.bf16_dot {
+            let bias = bias.map(|b| b.as_slice());
+            return self.with_f32_values("gemm", a, |a| self.with_f32_values("gemm", b, |b| self.f32.gemm_slices(spec, a, b, bias, c)));
+        }
+        let (a, b) = (a_op, b_op);
         let bias = bias.map(|b| b.as_slice());
         self.f32.run(|| match self.packed_b.try_lock() {
             Ok(mut scratch) => gemm::gemm_fast(self.cpu, spec, a, b, bias, c, &mut scratch),
@@ -492,10 +583,14 @@ impl Backend for CpuBf16Backend {
     }
 
     /// Attention in bf16 with f32 accumulation (q, k, v and the softmax weights rounded to bf16,
-    /// exact f32 softmax), every shape the f32 op takes (the kernel is `cpu/bf16/attention.rs`).
+    /// exact f32 softmax), every shape the f32 op takes (the kernel is `cpu/bf16/attention.rs`);
+    /// the f32 attention where the bf16 dot products do not pay.
     fn attention(&self, spec: &AttentionSpec, q: &CpuBuf, k: &CpuBuf, v: &CpuBuf, out: &mut CpuBuf) -> Result<()> {
         let op = "attention";
         let (q, k, v, out) = (q.f32(op)?, k.f32(op)?, v.f32(op)?, out.f32_mut(op)?);
+        if !self.bf16_dot {
+            return self.f32.attention(spec, q, k, v, out);
+        }
         spec.validate(q.len(), k.len(), v.len(), out.len())?;
         self.f32.run(|| attention::attention(self.cpu, spec, q, k, v, out));
         Ok(())
@@ -547,8 +642,9 @@ impl Backend for CpuBf16Backend {
 
     /// With a bf16 filter bank, a dense convolution (`groups == 1`) runs on the bf16 kernel
     /// (its `conv` module: the input rounded to bf16 once per block, f32 sums and output); a
-    /// grouped or depthwise one runs in f32 on the filters widened from bf16 (a copy per call:
-    /// upload those filters with `upload`). With f32 filters, the f32 convolution.
+    /// grouped or depthwise one, and every one where the bf16 dot products do not pay, runs in
+    /// f32 on the filters widened from bf16 (into scratch memory, per call). With f32 filters,
+    /// the f32 convolution.
     fn conv1d(&self, spec: &Conv1dSpec, x: &CpuBuf, weight: &CpuBuf, bias: Option<&CpuBuf>, y: &mut CpuBuf) -> Result<()> {
         let op = "conv1d";
         let bias = bias.map(|b| b.f32(op)).transpose()?;
@@ -585,12 +681,12 @@ impl Backend for CpuBf16Backend {
                 if let Some((vnni, filters)) = int8.and_then(|vnni| Some((vnni, weight.int8_filters(spec, w)?))) {
                     self.f32.run(|| conv_int8::conv1d_dense(vnni, spec, x, &filters, bias_slice, y));
                     Ok(())
-                } else if spec.groups == 1 {
+                } else if spec.groups == 1 && self.bf16_dot {
                     self.f32.run(|| conv::conv1d_dense(self.cpu, self.amx_bf16, spec, x, w, bias_slice, y));
                     Ok(())
                 } else {
-                    let wide: Vec<f32> = w.iter().map(|&b| gemm::from_bf16(b)).collect();
-                    self.f32.conv1d(spec, x, &wide, bias, y)
+                    self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv1d(spec, x, wide, bias_slice, y)));
+                    Ok(())
                 }
             }
         }
@@ -632,9 +728,9 @@ impl Backend for CpuBf16Backend {
 
     /// With a bf16 filter bank, a dense transposed convolution (`groups == 1`) runs its GEMM on
     /// the bf16 kernel (its `conv_transpose` module: the inputs rounded to bf16 as they are packed,
-    /// f32 sums, f32 col2im and output); a grouped or depthwise one runs in f32 on the filters
-    /// widened from bf16 (a copy per call: upload those filters with `upload`). With f32 filters,
-    /// the f32 transposed convolution.
+    /// f32 sums, f32 col2im and output); a grouped or depthwise one, and every one where the
+    /// bf16 dot products do not pay, runs in f32 on the filters widened from bf16 (into scratch
+    /// memory, per call). With f32 filters, the f32 transposed convolution.
     fn conv_transpose1d(
         &self,
         spec: &ConvTranspose1dSpec,
@@ -653,15 +749,15 @@ impl Backend for CpuBf16Backend {
             }
             Repr::Bf16(w) => {
                 spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
-                if spec.groups == 1 {
-                    let bias = bias.map(|b| b.as_slice());
+                let bias = bias.map(|b| b.as_slice());
+                if spec.groups == 1 && self.bf16_dot {
                     self.f32.run(|| match self.packed_b.try_lock() {
                         Ok(mut scratch) => conv_transpose::conv_transpose1d_dense(self.cpu, spec, x, w, bias, y, &mut scratch),
                         Err(_) => conv_transpose::conv_transpose1d_dense(self.cpu, spec, x, w, bias, y, &mut Vec::new()),
                     })
                 } else {
-                    let wide: Vec<f32> = w.iter().map(|&b| gemm::from_bf16(b)).collect();
-                    self.f32.conv_transpose1d(spec, x, &wide, bias, y)
+                    self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv_transpose1d(spec, x, wide, bias, y)));
+                    Ok(())
                 }
             }
         }
@@ -712,8 +808,8 @@ impl Backend for CpuBf16Backend {
         self.f32.instance_norm_on(spec, x, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32)), out.f32_mut(op)?)
     }
 
-    /// Snake with `sin²` in f32 arithmetic (within 4e-7 of exact; the f32 backend rounds the
-    /// sine correctly through f64, at about three times the cost).
+    /// Snake with `sin²` reduced by π in f32 arithmetic (within 4e-7 of exact; the f32
+    /// backend's sine is within 2 ulp, reduced by π/2).
     fn snake(&self, x: &mut CpuBuf, rows: usize, c: usize, alpha: &CpuBuf) -> Result<()> {
         self.f32.snake_f32_sin(x.f32_mut("snake")?, rows, c, alpha.f32("snake")?)
     }

@@ -310,7 +310,7 @@ fn backend_keeps_weights_in_bf16_and_refuses_them_elsewhere() {
         assert!(err.contains("avx512"), "the refusal must name the missing extension: {err}");
         return;
     };
-    let kit = CpuBf16Backend::with_threads(2).unwrap();
+    let kit = CpuBf16Backend::with_threads(2).unwrap().with_bf16_dot_products(true);
     let mut rng = Rng(7);
     let (m, k, n) = (30, 70, 50);
     let x: Vec<f32> = (0..m * k).map(|_| rng.perturbed()).collect();
@@ -358,7 +358,7 @@ fn compact_weights_are_stored_as_f16_and_compute_in_f32() {
     if kernel_or_skip("compact_weights_are_stored_as_f16_and_compute_in_f32").is_none() {
         return;
     }
-    let kit = CpuBf16Backend::with_threads(2).unwrap();
+    let kit = CpuBf16Backend::with_threads(2).unwrap().with_bf16_dot_products(true);
     let f32_kit = CpuBackend::with_threads(2).unwrap();
     let mut rng = Rng(11);
     let (m, k, n) = (23, 70, 41);
@@ -457,4 +457,75 @@ fn compact_weights_are_stored_as_f16_and_compute_in_f32() {
     let big = kit.upload_weight_compact(&[1.0e5, 0.1]).unwrap();
     assert!(!big.is_f16());
     assert_eq!(kit.download(&big).unwrap(), vec![1.0e5, 0.1]);
+}
+
+/// Where the bf16 dot products are off, every op with a bf16 weight is the f32 backend's op on
+/// the bf16-rounded weight, bit for bit (the same kernels on the same values; the activations
+/// are not rounded): a GEMM, convolutions on each f32 path (few-row, FFT, direct, grouped) and
+/// a transposed one. With them on, the same ops round the activations and differ.
+#[test]
+fn without_bf16_dot_products_bf16_weights_compute_exactly_as_f32_on_their_rounding() {
+    if kernel_or_skip("without_bf16_dot_products_bf16_weights_compute_exactly_as_f32_on_their_rounding").is_none() {
+        return;
+    }
+    use crate::spec::{Conv1dSpec, ConvTranspose1dSpec};
+    let widened = CpuBf16Backend::with_threads(2).unwrap().with_bf16_dot_products(false);
+    let dot = widened.clone().with_bf16_dot_products(true);
+    assert!(!widened.bf16_dot_products() && dot.bf16_dot_products());
+    let f32_kit = CpuBackend::with_threads(2).unwrap();
+    let mut rng = Rng(13);
+    let mut values = |n: usize| (0..n).map(|_| rng.unit() as f32 * 2.0 - 1.0).collect::<Vec<f32>>();
+    let rounded = |w: &[f32]| w.iter().map(|&v| from_bf16(to_bf16(v))).collect::<Vec<f32>>();
+
+    // GEMM: a Linear of 40 rows.
+    let s = GemmSpec::linear(40, 96, 72);
+    let (x, w, b) = (values(40 * 96), values(72 * 96), values(72));
+    let mut want = vec![0.0; 40 * 72];
+    f32_kit.gemm(&s, &x, &rounded(&w), Some(&b), &mut want).unwrap();
+    for (kit, equal) in [(&widened, true), (&dot, false)] {
+        let mut y = kit.alloc(40 * 72).unwrap();
+        kit.gemm(&s, &kit.upload(&x).unwrap(), &kit.upload_weight(&w).unwrap(), Some(&kit.upload(&b).unwrap()), &mut y).unwrap();
+        assert_eq!(kit.download(&y).unwrap() == want, equal, "gemm, bf16 dot products {}", kit.bf16_dot_products());
+    }
+
+    // Convolutions: few-row (40 rows, 64 → 96), FFT (k7 over 300 rows), direct (k3 over 300
+    // rows of 96 → 64), grouped.
+    let convs = [
+        Conv1dSpec::new(1, 40, 64, 96, 3).pad(1),
+        Conv1dSpec::new(1, 300, 32, 32, 7).pad(3),
+        Conv1dSpec::new(1, 300, 96, 64, 3).pad(1),
+        Conv1dSpec::new(1, 50, 32, 32, 5).pad(2).groups(4),
+    ];
+    for spec in convs {
+        let (x, w, b) = (values(spec.n * spec.c_in), values(spec.c_out * spec.c_in / spec.groups * spec.kernel), values(spec.c_out));
+        let n_y = spec.n_out() * spec.c_out;
+        let mut want = vec![0.0; n_y];
+        f32_kit.conv1d(&spec, &x, &rounded(&w), Some(&b), &mut want).unwrap();
+        let mut y = widened.alloc(n_y).unwrap();
+        let (xb, wb, bb) = (widened.upload(&x).unwrap(), widened.upload_weight(&w).unwrap(), widened.upload(&b).unwrap());
+        widened.conv1d(&spec, &xb, &wb, Some(&bb), &mut y).unwrap();
+        assert!(widened.download(&y).unwrap() == want, "{spec:?}");
+        if spec.groups == 1 {
+            dot.conv1d(&spec, &xb, &wb, Some(&bb), &mut y).unwrap();
+            assert!(dot.download(&y).unwrap() != want, "{spec:?}: the bf16 kernel rounds the input and must differ");
+        }
+    }
+
+    // A transposed convolution (the generator's upsampler's shape, scaled down).
+    let spec = ConvTranspose1dSpec::new(1, 30, 32, 16, 8, 4).pad(2);
+    let (x, w, b) = (values(30 * 32), values(32 * 16 * 8), values(16));
+    let n_y = spec.n_out() * 16;
+    let mut want = vec![0.0; n_y];
+    f32_kit.conv_transpose1d(&spec, &x, &rounded(&w), Some(&b), &mut want).unwrap();
+    let mut y = widened.alloc(n_y).unwrap();
+    widened
+        .conv_transpose1d(
+            &spec,
+            &widened.upload(&x).unwrap(),
+            &widened.upload_weight(&w).unwrap(),
+            Some(&widened.upload(&b).unwrap()),
+            &mut y,
+        )
+        .unwrap();
+    assert!(widened.download(&y).unwrap() == want, "conv_transpose1d");
 }
