@@ -132,6 +132,11 @@ fn full_size_forward_matches_the_reference() {
                 // differently. Two f32 results may differ by the sum of their distances to the
                 // exact answer: 2e-5. A wrong stage is O(1).
                 "F0" | "N" => 2e-5,
+                // Without the reference's asr the decoder reads our own F0 and N, and these
+                // two 3-tap convolutions of them carry F0's and N's own distance to the golden
+                // (measured 5.7e-6 / 8.6e-6 on short_mix against its N's 8.9e-6): their bound
+                // is F0's and N's. A wrong convolution is O(1).
+                "dec_F0_conv" | "dec_N_conv" if !teacher_forced => 2e-5,
                 _ => 1e-5,
             };
             eprintln!("{prefix} {stage}: rel-L2 {err:.2e}");
