@@ -21,8 +21,8 @@
 //! kernel once that one is at the FMA roof. Dense stride-1 3-tap ones (≥ 32 channels each way,
 //! at most 512 × 512 pairs, at least 1,024 output rows) go through Winograd's F(4, 3)
 //! (`winograd`: half the direct sum's multiplications, as six GEMMs over all tiles).
-//! Other dense ones with 24 to 320 output rows (Kokoro's text encoder and decoder on a
-//! sentence) are the few-row GEMM's broadcast product (`few_rows::conv1d`): the filters read
+//! Other dense ones with 24 to 320 output rows and no more rows than output channels (Kokoro's
+//! text encoder and decoder on a sentence) are the few-row GEMM's broadcast product (`few_rows::conv1d`): the filters read
 //! in place as its weight, the input rows packed per 32 output rows, where the direct kernel
 //! would pack the whole filter bank on every call for only a few tiles of output.
 //! `F5_CPU_FFT_CONV=off`, `F5_CPU_WINOGRAD_CONV=off` and `F5_CPU_FEW_ROWS_CONV=off` keep those

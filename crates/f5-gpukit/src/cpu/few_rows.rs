@@ -17,11 +17,16 @@
 //!   accumulator per output over contiguous k of both operands (lane `l` sums
 //!   `q ≡ l (mod 16)`) and reduces each to a scalar at the end of the k block.
 //!
-//! Each task owns a fixed-width block of columns, and within it runs panels of columns (rows
-//! of W, which stay in L1) over every row tile of A (which stays in L2). k is cut into blocks
-//! of a length chosen from the shape alone, so the sums — and the result's bits — never
-//! depend on the thread count. Where a k block ends, the block's sums are stored (the first
-//! block, when C is overwritten) or added to C.
+//! A task owns a fixed-width block of columns (the broadcast kernel's also a fixed group of two
+//! row panels, so that products with few columns still give every thread work), and within it
+//! runs panels of columns (rows of W, which stay in L1) over each of its row tiles of A (which
+//! stay in L2). k is cut into blocks of a length chosen from the shape alone, so the sums — and
+//! the result's bits — never depend on the thread count. Where a k block ends, the block's sums
+//! are stored (the first block, when C is overwritten) or added to C.
+//!
+//! A dense convolution with few output rows is the broadcast kernel's product too ([`conv1d`]):
+//! its filter bank `[c_out, c_in, K]` is the weight read in place, and the panels hold the
+//! input values each output row reads per channel and tap.
 
 use rayon::prelude::*;
 
