@@ -88,7 +88,8 @@ fn take<T: Copy + Default>(pool: &mut Vec<Vec<T>>, len: usize) -> Vec<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::{with_scratch, with_scratch_u32, with_shared_scratch_u32};
+    use super::{with_scratch, with_scratch_u32, with_shared, with_shared_scratch_u32};
+    use std::sync::Mutex;
 
     #[test]
     fn nested_requests_get_distinct_buffers_and_sizes_are_exact() {
@@ -126,23 +127,28 @@ mod tests {
 
     #[test]
     fn the_shared_pool_serves_every_thread_from_one_buffer() {
-        // A size no other test asks for, so the buffer found is this test's.
+        // A pool of the test's own: the process-wide ones are shared with the convolutions that
+        // other tests run at the same time, and a larger request of theirs may take and grow
+        // the buffer between this test's two requests.
+        static POOL: Mutex<Vec<Vec<u32>>> = Mutex::new(Vec::new());
         const LEN: usize = 77_777;
-        let first = with_shared_scratch_u32(LEN, |b| {
+        let first = with_shared(&POOL, LEN, |b| {
             assert_eq!(b.len(), LEN);
             b.fill(3);
             b.as_ptr() as usize
         });
         // Another thread gets the same allocation back (a thread-local pool would allocate anew).
         let (same, kept) =
-            std::thread::spawn(move || with_shared_scratch_u32(LEN, |b| (b.as_ptr() as usize == first, b.iter().all(|&v| v == 3))))
+            std::thread::spawn(move || with_shared(&POOL, LEN, |b| (b.as_ptr() as usize == first, b.iter().all(|&v| v == 3))))
                 .join()
                 .expect("the other thread");
         assert!(same && kept, "the other thread did not get the shared buffer back");
         // Nested requests still get distinct buffers.
-        with_shared_scratch_u32(LEN, |outer| {
-            with_shared_scratch_u32(LEN, |inner| assert_ne!(outer.as_ptr(), inner.as_ptr()));
+        with_shared(&POOL, LEN, |outer| {
+            with_shared(&POOL, LEN, |inner| assert_ne!(outer.as_ptr(), inner.as_ptr()));
         });
+        // The public entry points are this mechanism over the process-wide pools.
+        with_shared_scratch_u32(LEN, |b| assert_eq!(b.len(), LEN));
     }
 
     #[test]
