@@ -608,6 +608,25 @@ fn cpu_pools_run_host_work() {
     }
 }
 
+/// A fresh buffer is all zeros at every size, on both sides of the length from which the CPU
+/// backend zeroes on all its threads, and also where the allocator hands back memory that a
+/// dropped buffer left dirty (where the parallel zeroing skipped a chunk, its old values show).
+#[test]
+fn cpu_alloc_is_zeroed_at_every_size() {
+    for threads in [1, 2, 3] {
+        let kit = f5_gpukit::CpuBackend::with_threads(threads).unwrap();
+        for len in [0, 1, 1000, (1 << 18) - 1, 1 << 18, (1 << 18) + 17, 3_000_001] {
+            for _ in 0..2 {
+                let mut buf = kit.alloc(len).unwrap();
+                assert_eq!(buf.len(), len);
+                assert!(buf.iter().all(|&v| v == 0.0), "{threads} threads, {len} values: a fresh buffer holds non-zeros");
+                buf.fill(1.5);
+                drop(buf);
+            }
+        }
+    }
+}
+
 pub fn mask_rows<B: Backend>(kit: &B) {
     let mut rng = Rng::new(13);
     let (rows, d) = (9, 5);

@@ -38,6 +38,15 @@ impl Default for CpuBackend {
     }
 }
 
+/// Buffers of at least this many values (1 MiB) are zeroed on every thread of the pool: the
+/// zeroing is often a fresh buffer's first touch, a page fault per 4 KiB. At Kokoro's last
+/// generator stage (128 channels at 4,800 frames/s, 9.4 MB a buffer) one thread took 8 ms to
+/// zero the three buffers of the source branch, seven times the convolution that fills one of
+/// them; two threads take 4.5 ms (a 2-core Xeon).
+const PARALLEL_ZEROING_MIN: usize = 1 << 18;
+/// Values per task of the parallel zeroing (256 KiB).
+const ZEROING_CHUNK: usize = 1 << 16;
+
 impl CpuBackend {
     /// On rayon's global pool.
     pub fn new() -> Self {
@@ -279,7 +288,15 @@ impl Backend for CpuBackend {
     fn alloc(&self, len: usize) -> Result<Vec<f32>> {
         let mut v = Vec::new();
         v.try_reserve_exact(len).map_err(|_| KitError::OutOfMemory(len))?;
-        v.resize(len, 0.0);
+        if len < PARALLEL_ZEROING_MIN {
+            v.resize(len, 0.0);
+            return Ok(v);
+        }
+        let spare = &mut v.spare_capacity_mut()[..len];
+        self.run(|| spare.par_chunks_mut(ZEROING_CHUNK).for_each(|c| c.fill(std::mem::MaybeUninit::new(0.0))));
+        // SAFETY: the capacity is at least `len` (reserved above) and its first `len` values
+        // were all just written.
+        unsafe { v.set_len(len) };
         Ok(v)
     }
 
