@@ -53,16 +53,14 @@ pub fn lstm(spec: &LstmSpec, lengths: &[usize], gates_x: &[f32], w_hh: &[f32], s
 /// result's bits) do not depend on the thread count.
 const STATS_ROWS: usize = 512;
 
-/// Per-channel sums over the rows of `x` (`[rows, c]`): `add(sums, row)` per row within blocks
-/// of [`STATS_ROWS`] rows, run in parallel, then the blocks' sums added in block order.
+/// Per-channel sums over the rows of `x` (`[rows, c]`): `add(sums, block)` per block of
+/// [`STATS_ROWS`] rows, run in parallel, then the blocks' sums added in block order.
 fn channel_sums(x: &[f32], c: usize, add: impl Fn(&mut [f64], &[f32]) + Sync) -> Vec<f64> {
     let blocks: Vec<Vec<f64>> = x
         .par_chunks(c * STATS_ROWS)
         .map(|block| {
             let mut sums = vec![0.0f64; c];
-            for row in block.chunks(c) {
-                add(&mut sums, row);
-            }
+            add(&mut sums, block);
             sums
         })
         .collect();
@@ -103,18 +101,9 @@ pub fn instance_norm(
         // around it (no cancellation however large the mean). Each pass sums fixed blocks of
         // rows in parallel and adds the blocks' sums in order (at the generator's rate these
         // passes read ~9 MB each and ran on one thread).
-        let mut mean = channel_sums(xb, c, |s, row| {
-            for (m, &v) in s.iter_mut().zip(row) {
-                *m += v as f64;
-            }
-        });
+        let mut mean = channel_sums(xb, c, simd::add_rows_f64);
         mean.iter_mut().for_each(|m| *m /= n as f64);
-        let var = channel_sums(xb, c, |s, row| {
-            for ((s, &v), &m) in s.iter_mut().zip(row).zip(&mean) {
-                let d = v as f64 - m;
-                *s += d * d;
-            }
-        });
+        let var = channel_sums(xb, c, |s, rows| simd::add_squared_deviations_f64(s, rows, &mean));
         // y = (x − mean)·a + d per channel, folding normalisation, affine and style into one
         // scale and shift; the mean is subtracted first, so a large offset cancels exactly.
         let mean32: Vec<f32> = mean.iter().map(|&m| m as f32).collect();
@@ -130,10 +119,7 @@ pub fn instance_norm(
         let ob = &mut out[b * n * c..(b + 1) * n * c];
         ob.par_chunks_mut(c * 16).zip(xb.par_chunks(c * 16)).for_each(|(o, xi)| {
             for (orow, xrow) in o.chunks_mut(c).zip(xi.chunks(c)) {
-                // Zipped rather than indexed, so the loop carries no bounds checks and vectorises.
-                for ((((o, &x), &m), &a), &d) in orow.iter_mut().zip(xrow).zip(&mean32).zip(&scale).zip(&shift) {
-                    *o = (x - m) * a + d;
-                }
+                simd::normalize_row(orow, xrow, &mean32, &scale, &shift);
                 if let Some((alpha, inv_alpha, row)) = &snake {
                     row(orow, alpha, inv_alpha);
                 }

@@ -294,6 +294,43 @@ dispatch! {
 }
 
 dispatch! {
+    /// `sums[j] += rows[r·c + j]` in f64 for every row of `rows` (`c = sums.len()`): instance
+    /// norm's per-channel sums. Each channel's sum runs over the rows in order whatever the
+    /// vector width, so every build adds the same values the same way.
+    pub fn add_rows_f64(sums: &mut [f64], rows: &[f32]) {
+        for row in rows.chunks_exact(sums.len()) {
+            for (s, &v) in sums.iter_mut().zip(row) {
+                *s += v as f64;
+            }
+        }
+    }
+}
+
+dispatch! {
+    /// `sums[j] += (rows[r·c + j] − mean[j])²` in f64 for every row (`c = sums.len()`): instance
+    /// norm's sums of squared deviations, in row order per channel as [`add_rows_f64`].
+    pub fn add_squared_deviations_f64(sums: &mut [f64], rows: &[f32], mean: &[f64]) {
+        for row in rows.chunks_exact(sums.len()) {
+            for ((s, &v), &m) in sums.iter_mut().zip(row).zip(mean) {
+                let d = v as f64 - m;
+                *s += d * d;
+            }
+        }
+    }
+}
+
+dispatch! {
+    /// `out = (x − mean)·scale + shift` per channel over one channels-last row: instance norm's
+    /// output with normalisation, affine and style folded into `scale` and `shift` (two rounded
+    /// operations, no fused multiply-add, the same on every build).
+    pub fn normalize_row(out: &mut [f32], x: &[f32], mean: &[f32], scale: &[f32], shift: &[f32]) {
+        for ((((o, &x), &m), &a), &d) in out.iter_mut().zip(x).zip(mean).zip(scale).zip(shift) {
+            *o = (x - m) * a + d;
+        }
+    }
+}
+
+dispatch! {
     pub fn map_gelu_erf(x: &mut [f32]) { for v in x.iter_mut() { *v = gelu_erf(*v); } }
 }
 dispatch! {
@@ -706,6 +743,43 @@ mod tests {
                 assert!((x[j] as f64 - want).abs() <= 2e-7 * (1.0 + want.abs()), "{x0:?}[{j}]: {} vs {want}", x[j]);
             }
         }
+    }
+
+    /// The instance-norm kernels run on the widest vectors the CPU has, yet must give the bits
+    /// of the plain per-channel loops (each channel summed over the rows in order, no fused
+    /// multiply-add), so results do not depend on the CPU. A fused `(x − m)·a + d` is shown to
+    /// differ, so the comparison can tell.
+    #[test]
+    fn instance_norm_kernels_match_the_plain_loops_bit_for_bit() {
+        let (rows, c) = (37, 45);
+        let x: Vec<f32> = (0..rows * c).map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 11.0).collect();
+        let mean: Vec<f64> = (0..c).map(|j| j as f64 / 7.0 - 2.5).collect();
+        let (mut sums, mut squares) = (vec![0.25f64; c], vec![0.5f64; c]);
+        add_rows_f64(&mut sums, &x);
+        add_squared_deviations_f64(&mut squares, &x, &mean);
+        for j in 0..c {
+            let (mut s, mut q) = (0.25f64, 0.5f64);
+            for r in 0..rows {
+                let v = x[r * c + j] as f64;
+                s += v;
+                q += (v - mean[j]) * (v - mean[j]);
+            }
+            assert_eq!(sums[j].to_bits(), s.to_bits(), "sum of channel {j}");
+            assert_eq!(squares[j].to_bits(), q.to_bits(), "squared deviations of channel {j}");
+        }
+        let m: Vec<f32> = (0..c).map(|j| j as f32 / 3.0 - 7.0).collect();
+        let a: Vec<f32> = (0..c).map(|j| 0.1 + j as f32 / 17.0).collect();
+        let d: Vec<f32> = (0..c).map(|j| j as f32 / 29.0 - 0.7).collect();
+        let mut fused_differs = false;
+        for row in x.chunks_exact(c) {
+            let mut out = vec![0.0f32; c];
+            normalize_row(&mut out, row, &m, &a, &d);
+            for j in 0..c {
+                assert_eq!(out[j].to_bits(), ((row[j] - m[j]) * a[j] + d[j]).to_bits(), "normalised channel {j}");
+                fused_differs |= out[j].to_bits() != (row[j] - m[j]).mul_add(a[j], d[j]).to_bits();
+            }
+        }
+        assert!(fused_differs, "no value tells a fused multiply-add from two roundings");
     }
 
     #[test]
