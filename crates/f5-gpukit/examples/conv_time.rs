@@ -1,5 +1,6 @@
 //! Throughput of the CPU backend's dense 1-D convolution, f32 (`CpuBackend`) against bf16
-//! filters (`CpuBf16Backend`: AVX-512 BF16, or the AMX bf16 tiles where the CPU has them) and int8
+//! filters (`CpuBf16Backend`: AVX-512 BF16, the AMX bf16 tiles where the CPU has them, or f32 on
+//! the widened filters where the bf16 products are missing or do not pay) and int8
 //! (`CpuBf16Backend::with_int8_convs`; the int8 column is left out on a CPU without AVX-512
 //! VNNI; where the CPU has AMX tiles, "int8" is the VNNI kernel and "amx" the int8 tiles), on the
 //! shapes Kokoro-82M's generator and decoder
@@ -88,31 +89,39 @@ fn main() -> AnyResult<()> {
     // the decoder's wide k3 convs; then those of a short sentence (56 phonemes, 153 frames),
     // which take the few-row path on AVX-512: the decoder's and F0/N blocks' k3 convs, the
     // text encoder's k5 over the 58 tokens.
-    let shapes = [
-        (128, 3, 1, 40000),
-        (128, 3, 5, 40000),
-        (128, 7, 1, 40000),
-        (128, 7, 3, 40000),
-        (128, 11, 1, 40000),
-        (128, 11, 5, 40000),
-        (256, 3, 1, 6000),
-        (256, 7, 5, 6000),
-        (256, 11, 3, 6000),
-        (512, 3, 1, 3000),
-        (1024, 3, 1, 1500),
-        (1024, 3, 1, 153),
-        (512, 3, 1, 153),
-        (256, 3, 1, 306),
-        (512, 5, 1, 58),
+    // Then the generator's noise convs, which read the source's 22-row spectrum (n_fft + 2):
+    // 22 → 256 with k12 stride 6 at the first stage, 22 → 128 with k1 at the last (the long
+    // input's 26,000 and 156,000 frames).
+    let shapes: [(usize, usize, usize, usize, usize, usize); 17] = [
+        (128, 128, 3, 1, 1, 40000),
+        (128, 128, 3, 5, 1, 40000),
+        (128, 128, 7, 1, 1, 40000),
+        (128, 128, 7, 3, 1, 40000),
+        (128, 128, 11, 1, 1, 40000),
+        (128, 128, 11, 5, 1, 40000),
+        (256, 256, 3, 1, 1, 6000),
+        (256, 256, 7, 5, 1, 6000),
+        (256, 256, 11, 3, 1, 6000),
+        (512, 512, 3, 1, 1, 3000),
+        (1024, 1024, 3, 1, 1, 1500),
+        (1024, 1024, 3, 1, 1, 153),
+        (512, 512, 3, 1, 1, 153),
+        (256, 256, 3, 1, 1, 306),
+        (512, 512, 5, 1, 1, 58),
+        (22, 256, 12, 1, 6, 156000),
+        (22, 128, 1, 1, 1, 156000),
     ];
-    for (c, kernel, dilation, rows) in shapes {
-        let name = format!("c{c} k{kernel} d{dilation} × {rows}");
+    for (c_in, c, kernel, dilation, stride, rows) in shapes {
+        let channels = if c_in == c { format!("c{c}") } else { format!("c{c_in}→{c}") };
+        let strided = if stride > 1 { format!(" s{stride}") } else { String::new() };
+        let name = format!("{channels} k{kernel} d{dilation}{strided} × {rows}");
         if !name.contains(&only) {
             continue;
         }
-        let spec = Conv1dSpec::new(1, rows, c, c, kernel).dilation(dilation).pad(dilation * (kernel - 1) / 2);
-        let x = uniform(rows * c, 1, 1.0);
-        let w = uniform(c * c * kernel, 2, 1.0 / ((c * kernel) as f32).sqrt());
+        let pad = if stride > 1 { stride.div_ceil(2) } else { dilation * (kernel - 1) / 2 };
+        let spec = Conv1dSpec::new(1, rows, c_in, c, kernel).dilation(dilation).stride(stride).pad(pad);
+        let x = uniform(rows * c_in, 1, 1.0);
+        let w = uniform(c * c_in * kernel, 2, 1.0 / ((c_in * kernel) as f32).sqrt());
         let b = uniform(c, 3, 0.1);
         let n_y = spec.n_out() * c;
 
@@ -156,7 +165,7 @@ fn main() -> AnyResult<()> {
                 return Err(format!("{name}: the AMX and VNNI int8 outputs differ").into());
             }
         }
-        let flops = 2.0 * (spec.n_out() * c * kernel * c) as f64;
+        let flops = 2.0 * (spec.n_out() * c * kernel * c_in) as f64;
         println!(
             "{:<28} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.2}× {:>7.2}× {:>7.2}× {:>11.2e} {:>11.2e}",
             name,
