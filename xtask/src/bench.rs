@@ -145,8 +145,19 @@ fn kit(root: &Path, o: &Opts) -> Result<()> {
         eprintln!("  gemm {m}×{k}×{n}: NT {:.0} GFLOP/s, NN {:.0} GFLOP/s", ours_nt.last().unwrap_or(&0.0), ours_nn.last().unwrap_or(&0.0));
     }
     let mut ours_attn = Vec::new();
-    // The bf16 attention (`--precision bf16`), where this CPU has AVX-512 BF16.
-    let bf16_kit = CpuBf16Backend::with_threads(o.threads).map_err(|e| eprintln!("  bf16 attention not measured: {e}")).ok();
+    // The bf16 attention (`--precision bf16`), where this CPU has AVX-512 BF16 (elsewhere
+    // `--precision bf16` runs the f32 attention measured above).
+    let bf16_kit = CpuBf16Backend::with_threads(o.threads)
+        .map_err(|e| eprintln!("  bf16 attention not measured: {e}"))
+        .ok()
+        .map(|k| k.with_bf16_dot_products(true))
+        .filter(|k| {
+            let dot = k.bf16_dot_products();
+            if !dot {
+                eprintln!("  bf16 attention not measured: this CPU lacks AVX-512 BF16");
+            }
+            dot
+        });
     let mut ours_attn_bf16 = Vec::new();
     for &(bh, n, d) in &ATTENTION_SHAPES {
         let len = bh * n * d;

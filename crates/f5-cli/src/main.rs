@@ -126,8 +126,9 @@ struct ServeArgs {
     /// Where the model runs: cpu, cuda or cuda:N (needs a build with --features cuda).
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Weight precision: f32; bf16 (bf16 products, f32 accumulation; on the CPU it needs AVX-512 BF16);
-    /// or int8 (CPU only: bf16, and dense convolutions in int8 on AVX-512 VNNI — Kokoro's decoder).
+    /// Weight precision: f32; bf16 (bf16 weights, f32 accumulation; on a CPU without AVX-512 BF16
+    /// the weights are widened to f32 per op); or int8 (CPU only, needs AVX-512 VNNI: bf16, and
+    /// dense convolutions in int8 — Kokoro's decoder).
     #[arg(long, default_value = "f32")]
     precision: String,
     /// Listen back: a whisper.cpp-compatible transcriber (host:port); requests may then set

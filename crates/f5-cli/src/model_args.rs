@@ -54,8 +54,9 @@ pub struct RunArgs {
     /// Where the model runs: cpu, or cuda / cuda:N on a build with the `cuda` feature.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Weight precision: f32; bf16 (bf16 products, f32 accumulation; on the CPU it needs AVX-512 BF16);
-    /// or int8 (CPU only: bf16, and dense convolutions in int8 on AVX-512 VNNI — Kokoro's decoder).
+    /// Weight precision: f32; bf16 (bf16 weights, f32 accumulation; on a CPU without AVX-512 BF16
+    /// the weights are widened to f32 per op); or int8 (CPU only, needs AVX-512 VNNI: bf16, and
+    /// dense convolutions in int8 — Kokoro's decoder).
     #[arg(long, default_value = "f32")]
     pub precision: String,
 }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use f5_dit::{duration, F5Model, Noise, Overrides, SampleOptions};
-use f5_gpukit::{cpu_bf16_missing_feature, cpu_int8_missing_feature, Backend, CpuBackend, CpuBf16Backend};
+use f5_gpukit::{cpu_int8_missing_feature, Backend, CpuBackend, CpuBf16Backend};
 
 fn sample<B: Backend>(model: &F5Model<B>) -> Vec<f32> {
     let ref_samples = 2 * duration::SAMPLE_RATE;
@@ -20,10 +20,7 @@ fn sample<B: Backend>(model: &F5Model<B>) -> Vec<f32> {
 
 #[test]
 fn tiny_model_with_bf16_weights_tracks_f32() {
-    if let Some(missing) = cpu_bf16_missing_feature() {
-        println!("tiny model on CpuBf16Backend: not run (this CPU lacks {missing})");
-        return;
-    }
+    // On every CPU: without AVX-512 BF16 the weights are widened, still rounded to bf16.
     let ckpt = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/f5-tiny-v1/model.safetensors");
     let f32_model = F5Model::open(&ckpt, CpuBackend::with_threads(2).unwrap(), &Overrides::default()).unwrap();
     let bf16_model = F5Model::open(&ckpt, CpuBf16Backend::with_threads(2).unwrap(), &Overrides::default()).unwrap();

@@ -93,11 +93,11 @@ pub enum DeviceChoice {
     /// The CPU backend (its thread count is the caller's separate setting).
     #[default]
     Cpu,
-    /// The CPU backend with GEMM weights stored in bf16 ([`CpuBf16Backend`]); only parsed
-    /// where the CPU has AVX-512 BF16.
+    /// The CPU backend with GEMM weights stored in bf16 ([`CpuBf16Backend`]): bf16 dot products
+    /// where the CPU has AVX-512 BF16 and they pay, else f32 arithmetic on the widened weights.
     CpuBf16,
     /// [`CpuBf16Backend::with_int8_convs`]: GEMM weights in bf16 and dense convolutions in int8
-    /// (AVX-512 VNNI); only parsed where the CPU has AVX-512 BF16 and VNNI.
+    /// (AVX-512 VNNI); only parsed where the CPU has AVX-512 VNNI.
     CpuInt8,
     /// The CUDA backend on GPU `ordinal`; `bf16` keeps a bf16 copy of every GEMM weight.
     Cuda {
@@ -111,14 +111,10 @@ pub enum DeviceChoice {
 impl DeviceChoice {
     /// Parses a device name (`cpu`, `cuda`, `gpu`, `cuda:N`; any case) and a weight precision
     /// (`f32`/`fp32`/`float32`, `bf16`/`bfloat16`, `int8` on the CPU only). Parsing does not
-    /// depend on the build. `cpu` with `bf16` (`int8`) is refused, naming the missing extension,
-    /// on a CPU without AVX-512 BF16 (and VNNI).
+    /// depend on the build. `cpu` with `int8` is refused, naming the missing extension, on a CPU
+    /// without AVX-512 VNNI; `cpu` with `bf16` runs on every CPU.
     pub fn parse(device: &str, precision: &str) -> Result<Self> {
-        Self::parse_for_cpu(
-            device,
-            precision,
-            CpuFeatures { bf16_missing: cpu_bf16_missing_feature, int8_missing: cpu_int8_missing_feature },
-        )
+        Self::parse_for_cpu(device, precision, CpuFeatures { int8_missing: cpu_int8_missing_feature })
     }
 
     /// [`DeviceChoice::parse`] with the CPU feature check passed in, so that the refusal is
@@ -156,11 +152,6 @@ impl DeviceChoice {
             return Ok(DeviceChoice::CpuInt8);
         }
         if choice == DeviceChoice::Cpu && bf16 {
-            if let Some(feature) = (cpu.bf16_missing)() {
-                return Err(KitError::Device(format!(
-                    "bf16 weights on the CPU need the {feature} instruction set extension, which this CPU lacks: use f32, or a CUDA device"
-                )));
-            }
             return Ok(DeviceChoice::CpuBf16);
         }
         Ok(choice)
@@ -171,7 +162,6 @@ impl DeviceChoice {
 /// tested on any machine.
 #[derive(Clone, Copy)]
 struct CpuFeatures {
-    bf16_missing: fn() -> Option<&'static str>,
     int8_missing: fn() -> Option<&'static str>,
 }
 
@@ -474,23 +464,21 @@ mod tests {
     }
 
     #[test]
-    fn cpu_bf16_follows_the_cpu_feature() {
-        let has = CpuFeatures { bf16_missing: || None, int8_missing: || None };
-        let lacks = CpuFeatures { bf16_missing: || Some("avx512_bf16"), int8_missing: || Some("avx512_bf16") };
-        assert_eq!(DeviceChoice::parse_for_cpu("cpu", "bfloat16", has).unwrap(), DeviceChoice::CpuBf16);
-        assert_eq!(DeviceChoice::parse_for_cpu("cpu", "f32", lacks).unwrap(), DeviceChoice::Cpu);
-        let err = DeviceChoice::parse_for_cpu("cpu", "bf16", lacks).unwrap_err().to_string();
-        assert!(err.contains("avx512_bf16") && err.contains("lacks"), "{err}");
-        // The real check: accepted exactly where the kernel runs.
-        let real = DeviceChoice::parse("cpu", "bf16");
-        assert_eq!(real.is_ok(), super::cpu_bf16_missing_feature().is_none(), "{real:?}");
-        println!("this CPU: cpu/bf16 {}", if real.is_ok() { "accepted" } else { "refused" });
+    fn cpu_bf16_runs_on_every_cpu() {
+        // Without AVX-512 BF16 the backend widens its bf16 weights to f32 per op, so nothing
+        // refuses bf16 on the CPU, whatever it lacks.
+        let lacks = CpuFeatures { int8_missing: || Some("avx512_vnni") };
+        assert_eq!(DeviceChoice::parse_for_cpu("cpu", "bfloat16", lacks).unwrap(), DeviceChoice::CpuBf16);
+        assert_eq!(DeviceChoice::parse("cpu", "bf16").unwrap(), DeviceChoice::CpuBf16);
+        let kit = super::CpuBf16Backend::with_threads(1).expect("the bf16 backend starts on every CPU");
+        assert!(!kit.bf16_dot_products() || super::cpu_bf16_missing_feature().is_none(), "dot products need AVX-512 BF16");
+        println!("this CPU: bf16 dot products {}", kit.bf16_dot_products());
     }
 
     #[test]
     fn cpu_int8_follows_the_cpu_features_and_is_cpu_only() {
-        let has = CpuFeatures { bf16_missing: || None, int8_missing: || None };
-        let no_vnni = CpuFeatures { bf16_missing: || None, int8_missing: || Some("avx512_vnni") };
+        let has = CpuFeatures { int8_missing: || None };
+        let no_vnni = CpuFeatures { int8_missing: || Some("avx512_vnni") };
         assert_eq!(DeviceChoice::parse_for_cpu("cpu", " INT8", has).unwrap(), DeviceChoice::CpuInt8);
         // bf16 alone is still accepted where only VNNI is missing.
         assert_eq!(DeviceChoice::parse_for_cpu("cpu", "bf16", no_vnni).unwrap(), DeviceChoice::CpuBf16);

@@ -1379,13 +1379,14 @@ fn every_backend_method_has_a_case() {
 }
 
 // The bf16-weight CPU backend forwards every op but attention and GEMMs on bf16 weights to the
-// f32 backend: the whole table runs through it where the CPU has AVX-512 BF16 (plain uploads
-// stay f32), attention with its bf16 arithmetic.
+// f32 backend: the whole table runs through it (plain uploads stay f32), attention with its
+// bf16 arithmetic where the CPU has AVX-512 BF16.
 // Both ways it can compute are run on any such CPU, whichever it would choose there: with the
-// bf16 dot products, and with bf16 weights widened for the f32 kernels (attention in f32).
+// bf16 dot products, and with bf16 weights widened for the f32 kernels (attention in f32); a CPU
+// without AVX-512 BF16 runs the second only.
 backend_suite!(
     cpu_bf16,
-    f5_gpukit::CpuBf16Backend::with_threads(0).ok().map(|k| k.with_bf16_dot_products(true)),
+    f5_gpukit::CpuBf16Backend::with_threads(0).ok().map(|k| k.with_bf16_dot_products(true)).filter(|k| k.bf16_dot_products()),
     AttentionArithmetic::Bf16
 );
 backend_suite!(
@@ -1395,10 +1396,10 @@ backend_suite!(
 );
 
 // Its int8 mode: the same table, with dense convolutions on filters uploaded for int8 computed
-// in int8 (where the CPU has AVX-512 VNNI as well), the other bf16 weights either way.
+// in int8 (where the CPU has AVX-512 VNNI), the other bf16 weights either way.
 backend_suite!(
     cpu_int8,
-    f5_gpukit::CpuBf16Backend::with_int8_convs(0).ok().map(|k| k.with_bf16_dot_products(true)),
+    f5_gpukit::CpuBf16Backend::with_int8_convs(0).ok().map(|k| k.with_bf16_dot_products(true)).filter(|k| k.bf16_dot_products()),
     AttentionArithmetic::Bf16
 );
 backend_suite!(

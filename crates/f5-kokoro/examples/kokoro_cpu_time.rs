@@ -13,8 +13,8 @@
 //! includes copying each traced activation to the host), `--precision LIST` (comma-separated
 //! `f32`, `bf16`, `int8`; `both` = `f32,bf16`; default f32): `bf16` runs on `CpuBf16Backend` (the
 //! decoder's Linear weights, its AdaIN blocks' dense convs and the generator's dense convs and
-//! upsamplers in bf16; needs AVX-512 BF16), `int8` on `CpuBf16Backend::with_int8_convs` (those
-//! dense convs in int8; needs AVX-512 VNNI too). With f32 in the list, each other precision is
+//! upsamplers in bf16; f32 products on them where the CPU lacks AVX-512 BF16), `int8` on
+//! `CpuBf16Backend::with_int8_convs` (those dense convs in int8; needs AVX-512 VNNI). With f32 in the list, each other precision is
 //! timed back to back with it per input and compared with it (rel-L2 of F0, N, and of the audio
 //! of the whole forward and of the decoder alone fed the f32 run's F0, N and features).
 

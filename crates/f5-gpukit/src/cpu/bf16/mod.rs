@@ -16,16 +16,16 @@
 //! and every other op refuses it with a shape error naming the op: model code that used a weight
 //! outside a GEMM or convolution would otherwise silently need the f32 copy this backend does not keep.
 //!
-//! There is no slow path: [`CpuBf16Backend::with_threads`] refuses a CPU without AVX-512 BF16,
-//! naming the missing extension.
-//!
-//! Where the bf16 dot products do not pay ([`CpuBf16Backend::bf16_dot_products`]: Intel cores
-//! without AMX-BF16, whose `vdpbf16ps` issues once a cycle — the f32 FMA's rate in products, so
-//! the kernels' conversions make them slower than f32, measured 0.25–0.6× on a 2-core Xeon),
+//! Where the CPU lacks AVX-512 BF16, or the bf16 dot products do not pay
+//! ([`CpuBf16Backend::bf16_dot_products`]: Intel cores without AMX-BF16, whose `vdpbf16ps`
+//! issues once a cycle — the f32 FMA's rate in products, so the kernels' conversions make them
+//! slower than f32, measured 0.25–0.6× on a 2-core Xeon),
 //! the weights stay bf16 in memory and each GEMM, attention, `conv1d` and `conv_transpose1d`
 //! that reads one widens it exactly to f32 in scratch memory and runs the f32 backend's kernels
 //! (FFT, Winograd, few-row and direct convolutions): f32 arithmetic on the bf16-rounded
-//! weights, with the activations kept in f32. `F5_CPU_BF16_DOT=on` or `off` overrides the choice.
+//! weights, with the activations kept in f32. `F5_CPU_BF16_DOT=on` or `off` overrides the choice
+//! where the CPU has AVX-512 BF16. So the backend runs on every CPU, and its int8 mode on every
+//! CPU with AVX-512 VNNI (Cascade Lake and later Xeons, Zen 4 and later).
 //!
 //! A weight uploaded with [`Backend::upload_weight_compact`] (layers that must compute in f32)
 //! is stored as IEEE f16, half the memory of f32, and widened exactly to f32 for each `gemm`,
@@ -84,16 +84,17 @@ use crate::{shape_err, Activation, Backend, CpuBackend, Device, KitError, Result
 use conv_int8::Avx512Vnni;
 use gemm::{Avx512Bf16, Operand};
 
-/// `None` where this CPU runs the bf16 GEMM kernel, else the name of the instruction set
-/// extension it lacks (`avx512_bf16`, as `/proc/cpuinfo` spells it).
+/// `None` where this CPU runs the bf16 dot-product kernels, else the name of the instruction
+/// set extension it lacks (`avx512_bf16`, as `/proc/cpuinfo` spells it). [`CpuBf16Backend`]
+/// runs either way: without them it widens its bf16 weights to f32 per op.
 pub fn cpu_bf16_missing_feature() -> Option<&'static str> {
     Avx512Bf16::detect().err()
 }
 
 /// `None` where this CPU runs the int8 convolution mode ([`CpuBf16Backend::with_int8_convs`]:
-/// AVX-512 BF16 and AVX-512 VNNI), else the name of the first extension it lacks.
+/// AVX-512 VNNI), else the name of the first extension it lacks.
 pub fn cpu_int8_missing_feature() -> Option<&'static str> {
-    Avx512Bf16::detect().err().or_else(|| Avx512Vnni::detect().err())
+    Avx512Vnni::detect().err()
 }
 
 /// A buffer of [`CpuBf16Backend`]: f32 values, a GEMM weight stored as bf16, an f32-computed
@@ -286,32 +287,29 @@ impl CpuBf16Backend {
 #[derive(Clone)]
 pub struct CpuBf16Backend {
     f32: CpuBackend,
-    cpu: Avx512Bf16,
     /// Set in the int8 mode: dense convolutions with bf16 filters run on the int8 kernel.
     int8: Option<Avx512Vnni>,
     /// Set where the AMX bf16 tiles may run the dense bf16 convolutions that fit them.
     amx_bf16: Option<conv_bf16_amx::AmxBf16>,
-    /// Whether bf16 weights meet the AVX-512 BF16 kernels; else they are widened to f32 for
-    /// the f32 kernels (see the module docs).
-    bf16_dot: bool,
+    /// Set where bf16 weights meet the AVX-512 BF16 kernels (the proof that the CPU runs them);
+    /// `None` where they are widened to f32 for the f32 kernels (see the module docs).
+    bf16_dot: Option<Avx512Bf16>,
     /// The packed B operand, reused by every GEMM (a GEMM that finds it busy packs into its own).
     packed_b: Arc<Mutex<Vec<u32>>>,
 }
 
 impl CpuBf16Backend {
-    /// On a private pool of `threads` threads (0 = rayon's global pool). Refuses, naming the
-    /// missing extension, on a CPU without AVX-512 BF16.
+    /// On a private pool of `threads` threads (0 = rayon's global pool). Runs on every CPU:
+    /// where it lacks AVX-512 BF16 the weights stay bf16 in memory and are widened to f32 for
+    /// the f32 kernels ([`CpuBf16Backend::bf16_dot_products`] is `false`).
     pub fn with_threads(threads: usize) -> Result<Self> {
-        let cpu = Avx512Bf16::detect().map_err(|feature| {
-            KitError::Device(format!("bf16 weights on the CPU need the {feature} instruction set extension, which this CPU lacks; use f32"))
-        })?;
         let amx_bf16 = conv_bf16_amx::AmxBf16::detect().ok();
+        let bf16_dot = Avx512Bf16::detect().ok().filter(|_| bf16_dot_products_pay(amx_bf16.is_some()));
         Ok(CpuBf16Backend {
             f32: CpuBackend::with_threads(threads)?,
-            cpu,
             int8: None,
-            amx_bf16,
-            bf16_dot: bf16_dot_products_pay(amx_bf16.is_some()),
+            amx_bf16: amx_bf16.filter(|_| bf16_dot.is_some()),
+            bf16_dot,
             packed_b: Arc::new(Mutex::new(Vec::new())),
         })
     }
@@ -320,8 +318,8 @@ impl CpuBf16Backend {
     /// with `upload_weight_int8` (`conv1d` with `groups == 1`) compute in int8 on AVX-512
     /// VNNI (`vpdpbusd`): per-output-channel int8 filters, one dynamic int8 scale per input and
     /// batch item, exact i32 sums, f32 output (the kernel's docs give the arithmetic). Everything
-    /// else is as in bf16. Refuses, naming the missing extension, on a CPU without AVX-512 BF16
-    /// or VNNI.
+    /// else is as in bf16. Refuses, naming the missing extension, on a CPU without AVX-512 VNNI
+    /// (AVX-512 BF16 is not needed: without it the rest computes in f32 on widened weights).
     pub fn with_int8_convs(threads: usize) -> Result<Self> {
         let vnni = Avx512Vnni::detect().map_err(|feature| {
             KitError::Device(format!(
@@ -356,13 +354,16 @@ impl CpuBf16Backend {
     /// widened to f32 for the f32 kernels instead. Chosen at construction from the CPU (see the
     /// module docs) unless `F5_CPU_BF16_DOT` is `on` or `off`.
     pub fn bf16_dot_products(&self) -> bool {
-        self.bf16_dot
+        self.bf16_dot.is_some()
     }
 
-    /// This backend with the bf16 dot products on or off whatever the CPU: to compare the two
-    /// on one machine, or to test both paths anywhere.
+    /// This backend with the bf16 dot products on or off whether they pay or not: to compare
+    /// the two on one machine. `on` takes effect only where the CPU has AVX-512 BF16
+    /// ([`cpu_bf16_missing_feature`] is `None`); elsewhere the weights stay widened.
     pub fn with_bf16_dot_products(self, on: bool) -> Self {
-        CpuBf16Backend { bf16_dot: on, ..self }
+        let bf16_dot = if on { Avx512Bf16::detect().ok() } else { None };
+        let amx_bf16 = if on { conv_bf16_amx::AmxBf16::detect().ok().filter(|_| bf16_dot.is_some()) } else { None };
+        CpuBf16Backend { bf16_dot, amx_bf16, ..self }
     }
 
     /// Threads the ops run on.
@@ -570,15 +571,15 @@ impl Backend for CpuBf16Backend {
         let (Some(a_op), Some(b_op)) = (a.operand(), b.operand()) else {
             return Err(shape_err("gemm", "a bf16 GEMM weight and an f16 weight cannot be multiplied together"));
         };
-        if !self.bf16_dot {
+        let Some(cpu) = self.bf16_dot else {
             let bias = bias.map(|b| b.as_slice());
             return self.with_f32_values("gemm", a, |a| self.with_f32_values("gemm", b, |b| self.f32.gemm_slices(spec, a, b, bias, c)));
-        }
+        };
         let (a, b) = (a_op, b_op);
         let bias = bias.map(|b| b.as_slice());
         self.f32.run(|| match self.packed_b.try_lock() {
-            Ok(mut scratch) => gemm::gemm_fast(self.cpu, spec, a, b, bias, c, &mut scratch),
-            Err(_) => gemm::gemm_fast(self.cpu, spec, a, b, bias, c, &mut Vec::new()),
+            Ok(mut scratch) => gemm::gemm_fast(cpu, spec, a, b, bias, c, &mut scratch),
+            Err(_) => gemm::gemm_fast(cpu, spec, a, b, bias, c, &mut Vec::new()),
         })
     }
 
@@ -588,11 +589,11 @@ impl Backend for CpuBf16Backend {
     fn attention(&self, spec: &AttentionSpec, q: &CpuBuf, k: &CpuBuf, v: &CpuBuf, out: &mut CpuBuf) -> Result<()> {
         let op = "attention";
         let (q, k, v, out) = (q.f32(op)?, k.f32(op)?, v.f32(op)?, out.f32_mut(op)?);
-        if !self.bf16_dot {
+        let Some(cpu) = self.bf16_dot else {
             return self.f32.attention(spec, q, k, v, out);
-        }
+        };
         spec.validate(q.len(), k.len(), v.len(), out.len())?;
-        self.f32.run(|| attention::attention(self.cpu, spec, q, k, v, out));
+        self.f32.run(|| attention::attention(cpu, spec, q, k, v, out));
         Ok(())
     }
 
@@ -681,8 +682,8 @@ impl Backend for CpuBf16Backend {
                 if let Some((vnni, filters)) = int8.and_then(|vnni| Some((vnni, weight.int8_filters(spec, w)?))) {
                     self.f32.run(|| conv_int8::conv1d_dense(vnni, spec, x, &filters, bias_slice, y));
                     Ok(())
-                } else if spec.groups == 1 && self.bf16_dot {
-                    self.f32.run(|| conv::conv1d_dense(self.cpu, self.amx_bf16, spec, x, w, bias_slice, y));
+                } else if let Some(cpu) = self.bf16_dot.filter(|_| spec.groups == 1) {
+                    self.f32.run(|| conv::conv1d_dense(cpu, self.amx_bf16, spec, x, w, bias_slice, y));
                     Ok(())
                 } else {
                     self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv1d(spec, x, wide, bias_slice, y)));
@@ -750,10 +751,10 @@ impl Backend for CpuBf16Backend {
             Repr::Bf16(w) => {
                 spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
                 let bias = bias.map(|b| b.as_slice());
-                if spec.groups == 1 && self.bf16_dot {
+                if let Some(cpu) = self.bf16_dot.filter(|_| spec.groups == 1) {
                     self.f32.run(|| match self.packed_b.try_lock() {
-                        Ok(mut scratch) => conv_transpose::conv_transpose1d_dense(self.cpu, spec, x, w, bias, y, &mut scratch),
-                        Err(_) => conv_transpose::conv_transpose1d_dense(self.cpu, spec, x, w, bias, y, &mut Vec::new()),
+                        Ok(mut scratch) => conv_transpose::conv_transpose1d_dense(cpu, spec, x, w, bias, y, &mut scratch),
+                        Err(_) => conv_transpose::conv_transpose1d_dense(cpu, spec, x, w, bias, y, &mut Vec::new()),
                     })
                 } else {
                     self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv_transpose1d(spec, x, wide, bias, y)));
