@@ -75,6 +75,29 @@ impl CpuBackend {
         }
     }
 
+    /// Normal draws as PyTorch's serial CPU path makes them (`at::normal_distribution<double>`:
+    /// a Box–Muller pair per four 32-bit generator words, rounded to f32): `out[2i]`,
+    /// `out[2i + 1]` = `(r·cos θ, r·sin θ)` of `words[4i..4i + 4]`, θ = 2π·u1 from the first
+    /// two words and r = √(−2·log1p(−u2)) from the last two, each uniform the low 53 bits of
+    /// its two words. Computed in f64 within an ulp of libm's values, vectorised and on this
+    /// backend's threads, so the f32 results are libm's except where an f64 value lies within
+    /// an ulp of an f32 rounding boundary (about one value in 10⁸). Kokoro's source noise is
+    /// millions of these; one at a time through libm they were most of the source's time.
+    pub fn box_muller_normals(&self, words: &[u32], out: &mut [f32]) -> Result<()> {
+        if !out.len().is_multiple_of(2) || words.len() != 2 * out.len() {
+            return Err(crate::shape_err(
+                "box_muller_normals",
+                format!("{} words for {} values: four words make each pair of values", words.len(), out.len()),
+            ));
+        }
+        /// Pairs per parallel task (a fixed split; each pair is computed alone).
+        const PAIRS_PER_TASK: usize = 4096;
+        self.run(|| {
+            out.par_chunks_mut(2 * PAIRS_PER_TASK).zip(words.par_chunks(4 * PAIRS_PER_TASK)).for_each(|(o, w)| simd::box_muller_words(w, o))
+        });
+        Ok(())
+    }
+
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         match &self.pool {
             Some(p) => p.install(f),
@@ -621,11 +644,12 @@ impl Backend for CpuBackend {
             Activation::Silu => simd::map_silu(c),
             Activation::Mish => simd::map_mish(c),
             Activation::LeakyRelu(slope) => c.iter_mut().for_each(|v| *v = if *v >= 0.0 { *v } else { *v * slope }),
-            // Exact libm forms: these feed a model's sine source and spectrum, where the fast
-            // approximations' 1e-7 errors would be amplified.
+            // libm's forms (the sine: libm's value or one ulp from it, vectorised through f64):
+            // these feed a model's sine source and spectrum, where the fast approximations' 1e-7
+            // errors would be amplified.
             Activation::Sigmoid => c.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
             Activation::Tanh => c.iter_mut().for_each(|v| *v = v.tanh()),
-            Activation::Sin => c.iter_mut().for_each(|v| *v = v.sin()),
+            Activation::Sin => simd::map_sin(c),
             Activation::Exp => c.iter_mut().for_each(|v| *v = v.exp()),
             Activation::Scale(a) => c.iter_mut().for_each(|v| *v *= a),
         };

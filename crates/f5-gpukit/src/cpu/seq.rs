@@ -164,29 +164,19 @@ pub fn upsample_nearest(x: &[f32], batch: usize, n: usize, c: usize, factor: usi
     });
 }
 
+/// Output rows per parallel task of [`interpolate_linear`]: Kokoro's source interpolates
+/// 9-value rows by the hundred thousand, too small to be a task each.
+const INTERPOLATE_ROWS_PER_TASK: usize = 1024;
+
 pub fn interpolate_linear(spec: &InterpolateSpec, x: &[f32], out: &mut [f32]) {
-    let InterpolateSpec { batch, n_in, n_out, c, ratio } = *spec;
+    let InterpolateSpec { batch, n_out, c, .. } = *spec;
     if c == 0 || n_out == 0 {
         return;
     }
-    out[..batch * n_out * c].par_chunks_mut(c).enumerate().for_each(|(r, row)| {
-        let (b, t) = (r / n_out, r % n_out);
-        // PyTorch's CPU kernel, in f32: src = max(ratio·(t + 0.5) − 0.5, 0), i0 = ⌊src⌋,
-        // i1 = i0 + 1 unless i0 is the last row, weights (1 − λ, λ) with λ = src − i0.
-        let src = (ratio * (t as f32 + 0.5) - 0.5).max(0.0);
-        let i0 = (src as usize).min(n_in - 1);
-        let i1 = if i0 + 1 < n_in { i0 + 1 } else { i0 };
-        let l1 = src - i0 as f32;
-        let l0 = 1.0 - l1;
-        let a = &x[(b * n_in + i0) * c..(b * n_in + i0 + 1) * c];
-        let bb = &x[(b * n_in + i1) * c..(b * n_in + i1 + 1) * c];
-        // `t0·w0 + t1·w1` as PyTorch's x86 build computes it: the compiler contracts it into
-        // fma(t0, w0, t1·w1). Bit-exactness matters here: Kokoro's source interpolates phases of
-        // ~10⁴ radians, where one ulp is a visible change in the sine.
-        for j in 0..c {
-            row[j] = a[j].mul_add(l0, bb[j] * l1);
-        }
-    });
+    out[..batch * n_out * c]
+        .par_chunks_mut(c * INTERPOLATE_ROWS_PER_TASK)
+        .enumerate()
+        .for_each(|(blk, rows)| simd::interpolate_rows(spec, x, blk * INTERPOLATE_ROWS_PER_TASK, rows));
 }
 
 pub fn pad1d(spec: &Pad1dSpec, x: &[f32], out: &mut [f32]) {

@@ -176,6 +176,157 @@ pub fn sin_f32(x: f32) -> f32 {
     v as f32
 }
 
+/// `ln(y)` for a positive normal f64, within one ulp of the exact logarithm (the classic
+/// reduction: y = 2^k·(1 + f) with 1 + f in [√2/2, √2), s = f/(2 + f),
+/// ln(1 + f) = f − (f²/2 − s·(f²/2 + R(s²))) with R = Σ 2/(2i+1)·s^{2i}, the series of
+/// 2·atanh(s) − 2s over s, to s²⁰: the rest is below 2e-18 of the result for |s| ≤ 0.1716).
+/// Branch-free, so loops over it vectorise. Zero, negative, subnormal and non-finite inputs
+/// are outside its domain (callers give it 1 − u for a uniform u < 1, which is none of them).
+#[inline(always)]
+pub fn ln_f64(y: f64) -> f64 {
+    const LN2_HI: f64 = 6.931_471_803_691_238e-1;
+    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+    // The mantissa bits of √2: a mantissa at or above them is halved (and k raised by one).
+    const SQRT2_MANTISSA: u64 = 0x6_a09e_667f_3bcd;
+    const MANTISSA: u64 = (1 << 52) - 1;
+    let bits = y.to_bits();
+    let mantissa = bits & MANTISSA;
+    let halve = (mantissa >= SQRT2_MANTISSA) as u64;
+    let k = ((bits >> 52) as i64 - 1023 + halve as i64) as f64;
+    // 1 + f in [√2/2, √2): f = m − 1 is exact (Sterbenz).
+    let f = f64::from_bits(mantissa | ((1023 - halve) << 52)) - 1.0;
+    let s = f / (2.0 + f);
+    let z = s * s;
+    const C: [f64; 10] =
+        [2.0 / 3.0, 2.0 / 5.0, 2.0 / 7.0, 2.0 / 9.0, 2.0 / 11.0, 2.0 / 13.0, 2.0 / 15.0, 2.0 / 17.0, 2.0 / 19.0, 2.0 / 21.0];
+    let mut r = C[9];
+    for &c in C[..9].iter().rev() {
+        r = r * z + c;
+    }
+    let r = r * z;
+    let hfsq = 0.5 * f * f;
+    k * LN2_HI - ((hfsq - (s * (hfsq + r) + k * LN2_LO)) - f)
+}
+
+/// `(sin θ, cos θ)` in f64 for 0 ≤ θ ≤ 8 (Box–Muller's angles, 2π·u), each within one ulp
+/// of the exact value or 1e-25 of it: θ is reduced by π/2 with the two-part constant of
+/// [`sin_f32`], whose second part is π/2's remainder to 1e-26 (so within ~1e-10 of a multiple
+/// of π/2, where the result is that small, the last digits can be off; rounded to f32 that
+/// changes a value about once in 10¹⁷ draws), then the Taylor series of sin to r¹⁷ and cos to
+/// r¹⁶ on |r| ≤ π/4 (truncation below 1e-18), the cosine's leading `1 − r²/2` carried with
+/// its rounding error. Branch-free.
+#[inline(always)]
+pub fn sin_cos_f64(theta: f64) -> (f64, f64) {
+    const ROUND_MAGIC_F64: f64 = 6_755_399_441_055_744.0;
+    const PIO2_HI: f64 = 1.570_796_326_734_125_6;
+    const PIO2_LO: f64 = 6.077_100_506_506_192e-11;
+    // 1/(2k+1)! and 1/(2k)! with their signs, k = 1…8 and 2…8.
+    const S: [f64; 8] = [
+        -1.0 / 6.0,
+        1.0 / 120.0,
+        -1.0 / 5_040.0,
+        1.0 / 362_880.0,
+        -1.0 / 39_916_800.0,
+        1.0 / 6_227_020_800.0,
+        -1.0 / 1_307_674_368_000.0,
+        1.0 / 355_687_428_096_000.0,
+    ];
+    const C: [f64; 7] = [
+        1.0 / 24.0,
+        -1.0 / 720.0,
+        1.0 / 40_320.0,
+        -1.0 / 3_628_800.0,
+        1.0 / 479_001_600.0,
+        -1.0 / 87_178_291_200.0,
+        1.0 / 20_922_789_888_000.0,
+    ];
+    let jm = theta * std::f64::consts::FRAC_2_PI + ROUND_MAGIC_F64;
+    let quadrant = jm.to_bits() as u32;
+    let j = jm - ROUND_MAGIC_F64;
+    let r = (theta - j * PIO2_HI) - j * PIO2_LO;
+    let z = r * r;
+    let mut ps = S[7];
+    for &c in S[..7].iter().rev() {
+        ps = ps * z + c;
+    }
+    let sin_r = r + r * z * ps;
+    let mut pc = C[6];
+    for &c in C[..6].iter().rev() {
+        pc = pc * z + c;
+    }
+    let hz = 0.5 * z;
+    let w = 1.0 - hz;
+    let cos_r = w + (((1.0 - w) - hz) + z * z * pc);
+    // θ = r + j·π/2: odd quadrants swap the two; sin is negated in quadrants 2, 3 and cos in 1, 2.
+    let (s, c) = if quadrant & 1 == 0 { (sin_r, cos_r) } else { (cos_r, sin_r) };
+    let s = if quadrant & 2 == 0 { s } else { -s };
+    let c = if quadrant.wrapping_add(1) & 2 == 0 { c } else { -c };
+    (s, c)
+}
+
+/// The uniform double `uniform_real_distribution<double>` makes of two 32-bit words (libstdc++
+/// and PyTorch's CPU generator): the low 53 bits of `(a << 32) | b`, times 2⁻⁵³. Formed from
+/// two exact conversions so that it vectorises without AVX-512 DQ.
+#[inline(always)]
+pub fn uniform_f64_of_words(a: u32, b: u32) -> f64 {
+    let hi = (a & 0x1f_ffff) as i32 as f64 * 4_294_967_296.0;
+    let lo = (b >> 1) as i32 as f64 * 2.0 + (b & 1) as i32 as f64;
+    (hi + lo) * (1.0 / 9_007_199_254_740_992.0)
+}
+
+/// One Box–Muller pair `(r·cos θ, r·sin θ)` of `normal_distribution<double>` as PyTorch's CPU
+/// generator draws it from four words: u1 (θ = 2π·u1) from the first two, u2
+/// (r = √(−2·ln(1 − u2))) from the last two. `1 − u2` is exact (u2 is a multiple of 2⁻⁵³
+/// below 1), so ln of it is `log1p(−u2)`.
+#[inline(always)]
+pub fn box_muller_f64(w: [u32; 4]) -> (f64, f64) {
+    let u1 = uniform_f64_of_words(w[0], w[1]);
+    let u2 = uniform_f64_of_words(w[2], w[3]);
+    // `+ 0.0` turns the −0 of u2 = 0 into +0, as log1p(−0) = −0 gives after the product.
+    let r = (-2.0 * ln_f64(1.0 - u2) + 0.0).sqrt();
+    let (s, c) = sin_cos_f64(2.0 * std::f64::consts::PI * u1);
+    (r * c, r * s)
+}
+
+dispatch! {
+    /// Rows `first..first + out.len() / c` of a linear interpolation along the rows
+    /// (`align_corners=False`), as PyTorch's CPU kernel computes them in f32:
+    /// src = max(ratio·(t + 0.5) − 0.5, 0), i0 = ⌊src⌋, i1 = i0 + 1 unless i0 is the last row,
+    /// weights (1 − λ, λ) with λ = src − i0, and `t0·w0 + t1·w1` contracted as x86 builds of
+    /// PyTorch contract it, into fma(t0, w0, t1·w1). Bit-exactness matters: Kokoro's source
+    /// interpolates phases of ~10⁴ radians, where one ulp is a visible change in the sine. Here
+    /// the fma is an instruction (libm's software `fmaf` where the CPU has none).
+    pub fn interpolate_rows(spec: &crate::spec::InterpolateSpec, x: &[f32], first: usize, out: &mut [f32]) {
+        let crate::spec::InterpolateSpec { n_in, n_out, c, ratio, .. } = *spec;
+        for (i, row) in out.chunks_exact_mut(c).enumerate() {
+            let r = first + i;
+            let (b, t) = (r / n_out, r % n_out);
+            let src = (ratio * (t as f32 + 0.5) - 0.5).max(0.0);
+            let i0 = (src as usize).min(n_in - 1);
+            let i1 = if i0 + 1 < n_in { i0 + 1 } else { i0 };
+            let l1 = src - i0 as f32;
+            let l0 = 1.0 - l1;
+            let a = &x[(b * n_in + i0) * c..(b * n_in + i0 + 1) * c];
+            let bb = &x[(b * n_in + i1) * c..(b * n_in + i1 + 1) * c];
+            for ((o, &p), &q) in row.iter_mut().zip(a).zip(bb) {
+                *o = p.mul_add(l0, q * l1);
+            }
+        }
+    }
+}
+
+dispatch! {
+    /// [`box_muller_f64`] on each four words of `words`, both values rounded to f32 into `out`
+    /// (two per four words; `out.len() == words.len() / 2`).
+    pub fn box_muller_words(words: &[u32], out: &mut [f32]) {
+        for (w, o) in words.chunks_exact(4).zip(out.chunks_exact_mut(2)) {
+            let (c, s) = box_muller_f64([w[0], w[1], w[2], w[3]]);
+            o[0] = c as f32;
+            o[1] = s as f32;
+        }
+    }
+}
+
 /// Past this magnitude [`sin_f32_arith`]'s reduction by π/2 is no longer exact
 /// (`j·PIO2_B` needs |j| < 2^13); callers send such arguments to [`sin_f32`] instead.
 pub const SIN_F32_ARITH_LIMIT: f32 = 8_192.0;
@@ -338,6 +489,24 @@ dispatch! {
 }
 dispatch! {
     pub fn map_silu(x: &mut [f32]) { for v in x.iter_mut() { *v = silu(*v); } }
+}
+dispatch! {
+    /// `x = sin(x)` in place: [`sin_f32`] (through f64, vectorised; libm's result or one ulp
+    /// from it) where every |x| of the slice is below [`SIN_FAST_LIMIT`], else libm's sinf per
+    /// value (a NaN or infinity among them included). Kokoro's harmonic source takes the sine of
+    /// phases that reach ~10⁶ on a long utterance, where libm's sinf, one value at a time, was
+    /// most of the source's time.
+    pub fn map_sin(x: &mut [f32]) {
+        let mut below = true;
+        for &v in x.iter() {
+            below &= v.abs() < SIN_FAST_LIMIT;
+        }
+        if below {
+            for v in x.iter_mut() { *v = sin_f32(*v); }
+        } else {
+            for v in x.iter_mut() { *v = v.sin(); }
+        }
+    }
 }
 dispatch! {
     // ln does not vectorise; Mish only runs on the conv position embedding, so a scalar ln is fine.
@@ -620,6 +789,129 @@ mod tests {
         }
         assert!(worst_ulps <= 1, "sin_f32 is {worst_ulps} ulp from libm");
         assert!(sin_f32(f32::NAN).is_nan() && sin_f32(f32::INFINITY).is_nan());
+    }
+
+    /// f64 values apart, in ulps (their bit patterns' distance; +0 and −0 are 0 apart).
+    fn ulps_f64(a: f64, b: f64) -> u64 {
+        if a == b {
+            return 0;
+        }
+        if a.is_sign_negative() != b.is_sign_negative() {
+            return u64::MAX;
+        }
+        a.to_bits().abs_diff(b.to_bits())
+    }
+
+    /// 64-bit words of a xorshift stream, as 32-bit halves.
+    fn words(count: usize, seed: u64) -> Vec<u32> {
+        let mut s = seed | 1;
+        (0..count)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 16) as u32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ln_f64_is_within_one_ulp_of_libm() {
+        let mut args: Vec<f64> = words(400_000, 3).chunks_exact(2).map(|w| 1.0 - uniform_f64_of_words(w[0], w[1])).collect();
+        // The ends of the domain Box–Muller gives it, powers of two, and both sides of the
+        // √2 switch of the reduction.
+        args.extend([1.0, 1.0 - f64::EPSILON / 2.0, 2f64.powi(-53), 0.5, 0.25, 3.0e-9]);
+        let sqrt2_half = std::f64::consts::FRAC_1_SQRT_2;
+        for d in -4i64..=4 {
+            args.push(f64::from_bits((sqrt2_half.to_bits() as i64 + d) as u64));
+            args.push(f64::from_bits((std::f64::consts::SQRT_2.to_bits() as i64 + d) as u64) / 4.0);
+        }
+        let worst = args.iter().map(|&y| ulps_f64(ln_f64(y), y.ln())).max().unwrap_or(0);
+        assert!(worst <= 1, "ln_f64 is {worst} ulp from libm");
+        // The wrong variant: the series cut after s⁸ is visibly off.
+        let y = 0.72f64;
+        let f = y - 1.0;
+        let s = f / (2.0 + f);
+        let short = 2.0 * s + 2.0 * s.powi(3) / 3.0 + 2.0 * s.powi(5) / 5.0 + 2.0 * s.powi(7) / 7.0;
+        assert!(ulps_f64(short, y.ln()) > 4, "the check must tell a short series apart");
+    }
+
+    #[test]
+    fn sin_cos_f64_is_within_one_ulp_of_libm() {
+        let mut args: Vec<f64> =
+            words(400_000, 5).chunks_exact(2).map(|w| 2.0 * std::f64::consts::PI * uniform_f64_of_words(w[0], w[1])).collect();
+        // Around each quadrant boundary and each multiple of π/2, where the reduction switches
+        // polynomials or cancels.
+        for q in 0..=4 {
+            for centre in [q as f64 * std::f64::consts::FRAC_PI_2, (q as f64 + 0.5) * std::f64::consts::FRAC_PI_2] {
+                for d in -3i64..=3 {
+                    args.push(f64::from_bits((centre.to_bits() as i64 + d) as u64).max(0.0));
+                }
+            }
+        }
+        for &t in &args {
+            let (s, c) = sin_cos_f64(t);
+            // One ulp, or the reduction constant's 1e-25 near a zero of either.
+            let close = |got: f64, want: f64| ulps_f64(got, want) <= 1 || (got - want).abs() <= 1e-25;
+            assert!(close(s, t.sin()) && close(c, t.cos()), "θ = {t:e}: ({s:e}, {c:e}) vs libm ({:e}, {:e})", t.sin(), t.cos());
+        }
+    }
+
+    #[test]
+    fn box_muller_words_round_to_libms_pairs_exactly() {
+        // The reference: PyTorch's normal_distribution<double> pair on libm, rounded to f32.
+        let reference = |w: &[u32]| {
+            let u = |a: u32, b: u32| ((((a as u64) << 32) | b as u64) & ((1u64 << 53) - 1)) as f64 / 9_007_199_254_740_992.0;
+            let (u1, u2) = (u(w[0], w[1]), u(w[2], w[3]));
+            let r = (-2.0 * (-u2).ln_1p()).sqrt();
+            let theta = 2.0 * std::f64::consts::PI * u1;
+            [(r * theta.cos()) as f32, (r * theta.sin()) as f32]
+        };
+        let mut w = words(4 * 500_000, 9);
+        // u2 = 0 (r = +0) and u2 at its largest (the longest radius), u1 at 0 and at its largest.
+        w.extend([0, 0, 0, 0, 0x1f_ffff, u32::MAX, 0x1f_ffff, u32::MAX, 7, 1, 0, 1]);
+        let mut got = vec![0.0f32; w.len() / 2];
+        box_muller_words(&w, &mut got);
+        let mut wrong = 0usize;
+        for (i, (pair, q)) in got.chunks_exact(2).zip(w.chunks_exact(4)).enumerate() {
+            let want = reference(q);
+            assert_eq!([pair[0].to_bits(), pair[1].to_bits()], [want[0].to_bits(), want[1].to_bits()], "pair {i}: {pair:?} vs {want:?}");
+            // The wrong variant: the logarithm in f32.
+            let u2 = uniform_f64_of_words(q[2], q[3]);
+            let r32 = (-2.0 * (1.0 - u2 as f32).ln()).sqrt() as f64;
+            let (s, c) = sin_cos_f64(2.0 * std::f64::consts::PI * uniform_f64_of_words(q[0], q[1]));
+            wrong += usize::from((r32 * c) as f32 != want[0] || (r32 * s) as f32 != want[1]);
+        }
+        assert!(wrong > 1000, "an f32 logarithm must be told apart ({wrong} pairs differ)");
+    }
+
+    #[test]
+    fn map_sin_is_libm_to_one_ulp_on_every_argument() {
+        // Slices wholly below the fast limit (a source's phases out to 9e5) and slices with one
+        // argument past it, a NaN or an infinity, which take libm's sinf for every value.
+        let phases: Vec<f32> = (0..5000).map(|i| i as f32 * 181.37 + (i % 7) as f32 * 0.013).collect();
+        let mut with_large = phases.clone();
+        with_large[17] = 3.0e6;
+        let mut with_nan = phases.clone();
+        with_nan[4000] = f32::NAN;
+        let mut with_inf = phases.clone();
+        with_inf[1] = f32::NEG_INFINITY;
+        for (name, x) in [("phases", phases), ("one past the limit", with_large), ("a NaN", with_nan), ("an infinity", with_inf)] {
+            let mut got = x.clone();
+            map_sin(&mut got);
+            for (&v, &g) in x.iter().zip(&got) {
+                let want = v.sin();
+                if want.is_nan() {
+                    assert!(g.is_nan(), "{name}: sin({v}) = {g}");
+                    continue;
+                }
+                let ulps = (g.to_bits() as i64 - want.to_bits() as i64).unsigned_abs();
+                assert!(ulps <= 1, "{name}: sin({v}) = {g}, libm {want}");
+            }
+        }
+        // The wrong variant: the f32-arithmetic sine has no exact reduction this far out.
+        let far = 500_000.5f32;
+        assert!((sin_f32_arith(far) - far.sin()).abs() > 1e-3, "the check must tell a bad reduction apart");
     }
 
     /// Distance of `got` from the exact `want` in units of f32's ulp at `want` (the spacing of
