@@ -9,7 +9,7 @@
 //! samples per frame, the double-accumulated cumsum, the ×300 upsample) so the same seed gives
 //! the same signal as PyTorch.
 
-use f5_gpukit::{Backend, CpuBackend, InterpolateSpec};
+use f5_gpukit::{Activation, Backend, CpuBackend, InterpolateSpec};
 use f5_nn::torch_rand::TorchGenerator;
 use rayon::prelude::*;
 
@@ -34,6 +34,25 @@ pub struct SourceTrace {
     pub uv: Vec<f32>,
     /// `[L, 9]` the noise added.
     pub noise: Vec<f32>,
+}
+
+/// `v.floor()` without libm's `floorf` (a call per value: SSE2 has no rounding instruction), so
+/// the loop over it vectorises: below 2²³ in magnitude, adding and subtracting 2²³ (with `v`'s
+/// sign) rounds to the nearest integer, one less where that passed `v`; from 2²³ up every f32
+/// is an integer already, and ±∞ and NaN pass through. The zero keeps `v`'s sign, as
+/// floor(−0) = −0.
+#[inline(always)]
+fn floor(v: f32) -> f32 {
+    const TWO_23: f32 = 8_388_608.0;
+    let m = TWO_23.copysign(v);
+    let nearest = (v + m) - m;
+    let below = nearest - if nearest > v { 1.0 } else { 0.0 };
+    let fl = if v.abs() < TWO_23 { below } else { v };
+    if fl == 0.0 {
+        fl.copysign(v)
+    } else {
+        fl
+    }
 }
 
 /// `l_linear` (9 → 1) of the source module.
@@ -64,7 +83,7 @@ impl SineSource {
                 let f = f0[(blk * ROWS_PER_TASK + i) / up];
                 for (k, r) in row.iter_mut().enumerate() {
                     let v = (f * (k + 1) as f32) / SAMPLE_RATE;
-                    *r = v - v.floor();
+                    *r = v - floor(v);
                 }
             }
         });
@@ -94,7 +113,7 @@ impl SineSource {
         // Sines, voicing, noise. `randn_like` of the sines keeps their strides, and the sines are a
         // transposed `[1, 9, L]` tensor: PyTorch fills it with its serial normal path in memory
         // order — harmonic 0's whole track first, so noise[t, k] is draw[k·L + t].
-        let noise_draw = rng.randn_serial(len * HARMONICS);
+        let noise_draw = rng.randn_serial(len * HARMONICS)?;
         let amplitude = |t: usize| {
             let voiced = if f0[t / up] > VOICED_THRESHOLD { 1.0f32 } else { 0.0 };
             (voiced, voiced * NOISE_STD + (1.0 - voiced) * SINE_AMP / 3.0)
@@ -104,6 +123,8 @@ impl SineSource {
         // noise is kept only for a trace, which forms it again below: the forward itself needs
         // just the merged `har`, so it holds no `[L, 9]` noise buffer.
         let mut sines = phase_up;
+        // The sines of all the phases first, vectorised (libm's value or one ulp from it).
+        cpu.activation(Activation::Sin, &mut sines, len * HARMONICS)?;
         let mut har = vec![0.0f32; len];
         har.par_chunks_mut(ROWS_PER_TASK)
             .zip(uv.par_chunks_mut(ROWS_PER_TASK))
@@ -117,7 +138,7 @@ impl SineSource {
                     let mut acc = 0.0f32;
                     for k in 0..HARMONICS {
                         let n = amp * noise_draw[k * len + t];
-                        let s = srow[k].sin() * SINE_AMP;
+                        let s = srow[k] * SINE_AMP;
                         let s = s * voiced + n;
                         srow[k] = s;
                         acc += self.weight[k] * s;
@@ -139,5 +160,27 @@ impl SineSource {
             *slot = Some(SourceTrace { sine_waves: sines, uv, noise });
         }
         Ok(har)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::floor;
+
+    #[test]
+    fn floor_is_libms_bit_for_bit() {
+        let mut args = vec![0.0f32, -0.0, 0.3, -0.3, 0.5, -0.5, 1.0, -1.0, 2.5, -2.5, 1e-30, -1e-30, f32::MIN_POSITIVE];
+        args.extend([4_194_303.5f32, 4_194_304.5, 4_194_305.0, -4_194_305.0, 8_388_607.5, -8_388_607.5, 8_388_608.0, 16_777_217.0]);
+        args.extend([f32::MAX, f32::MIN, f32::INFINITY, f32::NEG_INFINITY]);
+        // F0·k/24000 for F0 over a voice's range and past it, both signs.
+        args.extend((0..200_000).map(|i| (i as f32 * 0.0371 - 2000.0) * 7.0 / 24_000.0));
+        args.extend((0..2_000).map(|i| f32::from_bits(0x4a80_0000 + i * 977)));
+        for v in args {
+            assert_eq!(floor(v).to_bits(), v.floor().to_bits(), "floor({v:e}) = {:e}, libm {:e}", floor(v), v.floor());
+        }
+        assert!(floor(f32::NAN).is_nan());
+        // The wrong variant: rounding to nearest alone is not the floor.
+        let nearest = |v: f32| (v + 8_388_608.0) - 8_388_608.0;
+        assert_ne!(nearest(0.7), 0.7f32.floor());
     }
 }

@@ -10,7 +10,7 @@
 //! the AVX2 kernel's: Cephes-style `log` and `sincos` polynomials in f32 with fused multiply-adds
 //! at exactly the places the compiled kernel has them — that is what makes it bit-exact.
 
-use rayon::prelude::*;
+use f5_gpukit::{CpuBackend, KitError};
 
 const N: usize = 624;
 const M: usize = 397;
@@ -37,13 +37,48 @@ impl TorchGenerator {
         TorchGenerator { state, next: 0, left: 1, cached_normal: None }
     }
 
+    /// The next 624 words of state. In three runs rather than one loop with `% N`: two integer
+    /// divisions per word were most of the cost of a draw, and the runs vectorise.
     fn twist(&mut self) {
-        const UPPER: u32 = 0x8000_0000;
-        const LOWER: u32 = 0x7fff_ffff;
-        for i in 0..N {
-            let y = (self.state[i] & UPPER) | (self.state[(i + 1) % N] & LOWER);
-            let mag = if self.state[(i + 1) % N] & 1 != 0 { 0x9908_b0df } else { 0 };
-            self.state[i] = self.state[(i + M) % N] ^ (y >> 1) ^ mag;
+        #[inline(always)]
+        fn mix(cur: u32, next: u32, far: u32) -> u32 {
+            const UPPER: u32 = 0x8000_0000;
+            const LOWER: u32 = 0x7fff_ffff;
+            let y = (cur & UPPER) | (next & LOWER);
+            far ^ (y >> 1) ^ if next & 1 != 0 { 0x9908_b0df } else { 0 }
+        }
+        let s = &mut self.state;
+        // i + M < N: reads words not yet replaced.
+        for i in 0..N - M {
+            s[i] = mix(s[i], s[i + 1], s[i + M]);
+        }
+        // i + M ≥ N: reads the words replaced N − M steps earlier.
+        for i in N - M..N - 1 {
+            s[i] = mix(s[i], s[i + 1], s[i + M - N]);
+        }
+        s[N - 1] = mix(s[N - 1], s[0], s[M - 1]);
+    }
+
+    /// Fills `out` with the next draws, as that many [`TorchGenerator::next_u32`] calls would:
+    /// the words left of the current state, then whole twisted states tempered in bulk.
+    pub fn fill_u32(&mut self, out: &mut [u32]) {
+        let mut done = 0;
+        while done < out.len() {
+            // `next_u32` hands out state[next..] while `left` > 1 and twists when it reaches 0.
+            let avail = self.left - 1;
+            if avail == 0 {
+                self.twist();
+                self.left = N + 1;
+                self.next = 0;
+                continue;
+            }
+            let take = avail.min(out.len() - done);
+            for (o, &y) in out[done..done + take].iter_mut().zip(&self.state[self.next..self.next + take]) {
+                *o = temper(y);
+            }
+            self.next += take;
+            self.left -= take;
+            done += take;
         }
     }
 
@@ -55,13 +90,9 @@ impl TorchGenerator {
             self.left = N;
             self.next = 0;
         }
-        let mut y = self.state[self.next];
+        let y = self.state[self.next];
         self.next += 1;
-        y ^= y >> 11;
-        y ^= (y << 7) & 0x9d2c_5680;
-        y ^= (y << 15) & 0xefc6_0000;
-        y ^= y >> 18;
-        y
+        temper(y)
     }
 
     /// Uniform in [0, 1) from the low 24 bits of one draw (exact in f32).
@@ -101,32 +132,30 @@ impl TorchGenerator {
     /// pair cached in the generator), rounded to f32, in the tensor's memory order. Kokoro's source
     /// noise is such a draw (`randn_like` of a transposed tensor).
     ///
-    /// The generator's words are drawn in order (cheap); each pair's logarithm, square root and
-    /// sine/cosine — nearly all the cost — run on the current rayon pool. Each value is the
-    /// same function of its own four words as in the serial loop, so the result is identical.
-    pub fn randn_serial(&mut self, len: usize) -> Vec<f32> {
+    /// The generator's words are drawn in order, in bulk ([`TorchGenerator::fill_u32`]); the
+    /// pairs' logarithms, square roots and sines — nearly all the cost — run vectorised on the
+    /// current rayon pool ([`CpuBackend::box_muller_normals`]: f64 within an ulp of libm's, so
+    /// each value is the serial loop's except, about once in 10⁸ values, one f32 ulp away).
+    pub fn randn_serial(&mut self, len: usize) -> Result<Vec<f32>, KitError> {
         let mut out = Vec::with_capacity(len);
         if len == 0 {
-            return out;
+            return Ok(out);
         }
         if let Some(v) = self.cached_normal.take() {
             out.push(v as f32);
         }
         let pairs = (len - out.len()).div_ceil(2);
-        let words: Vec<[u32; 4]> = (0..pairs).map(|_| std::array::from_fn(|_| self.next_u32())).collect();
+        let mut words = vec![0u32; 4 * pairs];
+        self.fill_u32(&mut words);
         let start = out.len();
         out.resize(start + 2 * pairs, 0.0);
-        out[start..].par_chunks_mut(2).zip(words.par_iter()).for_each(|(dst, w)| {
-            let (c, s) = box_muller_f64(w);
-            dst[0] = c as f32;
-            dst[1] = s as f32;
-        });
+        CpuBackend::new().box_muller_normals(&words, &mut out[start..])?;
         if out.len() > len {
             // An odd count: the last pair's second value stays cached, in double precision.
             out.truncate(len);
-            self.cached_normal = words.last().map(|w| box_muller_f64(w).1);
+            self.cached_normal = words.last_chunk::<4>().map(|w| box_muller_f64(w).1);
         }
-        out
+        Ok(out)
     }
 
     fn normal_f64(&mut self) -> f64 {
@@ -138,6 +167,15 @@ impl TorchGenerator {
         self.cached_normal = Some(s);
         c
     }
+}
+
+/// MT19937's tempering of one state word into a draw.
+#[inline(always)]
+fn temper(mut y: u32) -> u32 {
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c_5680;
+    y ^= (y << 15) & 0xefc6_0000;
+    y ^ (y >> 18)
 }
 
 /// `uniform_real_distribution<double>` on two 32-bit words: 53 bits of `(a << 32) | b`.
@@ -245,6 +283,37 @@ mod tests {
     }
 
     #[test]
+    fn bulk_words_are_the_one_at_a_time_stream() {
+        // Starting fresh, mid-state and one word before a twist; runs shorter than, equal to
+        // and longer than a state, so every path through `fill_u32` meets a twist.
+        for (skip, run) in [(0usize, 5usize), (0, N), (3, 2 * N + 7), (N - 1, 1), (N - 1, N + 1), (N, 3 * N), (1000, 10)] {
+            let (mut bulk, mut one) = (TorchGenerator::new(42), TorchGenerator::new(42));
+            for _ in 0..skip {
+                bulk.next_u32();
+                one.next_u32();
+            }
+            let mut got = vec![0u32; run];
+            bulk.fill_u32(&mut got);
+            let want: Vec<u32> = (0..run).map(|_| one.next_u32()).collect();
+            assert_eq!(got, want, "skip {skip}, run {run}");
+            assert_eq!(bulk.next_u32(), one.next_u32(), "skip {skip}, run {run}: the streams moved apart");
+        }
+    }
+
+    #[test]
+    fn a_long_serial_draw_is_the_libm_loop() {
+        // Kokoro's source noise at the length of a 4 s utterance: every value as the scalar
+        // libm loop gives it (the vectorised f64 pairs round to the same f32).
+        let (mut fast, mut slow) = (TorchGenerator::new(0), TorchGenerator::new(0));
+        let len = 9 * 96_001;
+        let got = fast.randn_serial(len).expect("a draw");
+        let want: Vec<f32> = (0..len).map(|_| slow.normal_f64() as f32).collect();
+        let differ = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(differ, 0, "{differ} of {len} values differ from the libm loop");
+        assert_eq!(fast.next_u32(), slow.next_u32(), "the streams moved apart");
+    }
+
+    #[test]
     fn only_low_32_bits_of_the_seed_count() {
         assert_eq!(torch_randn(7, 3, 100), torch_randn((1u64 << 32) + 7, 3, 100));
     }
@@ -257,7 +326,7 @@ mod tests {
         for lens in [[4usize, 6, 2], [5, 3, 8], [1, 1, 7]] {
             let (mut fast, mut slow) = (TorchGenerator::new(11), TorchGenerator::new(11));
             for (i, &len) in lens.iter().enumerate() {
-                let got = if i % 2 == 0 { pool.install(|| fast.randn_serial(len)) } else { fast.randn_serial(len) };
+                let got = if i % 2 == 0 { pool.install(|| fast.randn_serial(len)) } else { fast.randn_serial(len) }.expect("a draw");
                 let want: Vec<f32> = (0..len).map(|_| slow.normal_f64() as f32).collect();
                 assert_eq!(got, want, "draw {i} of {lens:?}");
             }
