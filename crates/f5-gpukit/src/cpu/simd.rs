@@ -264,6 +264,70 @@ pub fn sin_cos_f64(theta: f64) -> (f64, f64) {
     (s, c)
 }
 
+/// `e^x` in f64 for |x| ≤ 700, within an ulp or two of the exact value: x = n·ln2 + r with
+/// |r| ≤ ln2/2 (ln 2 in two parts, the first with 21 trailing zero bits so n·LN2_HI is exact),
+/// the Taylor series of e^r to r¹³ (truncation below 5e-18), scaled by 2ⁿ through the exponent
+/// bits. Branch-free. Used where an f32 result must be correctly rounded: evaluated this
+/// closely, the f32 rounding of the f64 value is the exact value's except within ~1e-15 of a
+/// rounding boundary (a few values in 10⁹).
+#[inline(always)]
+pub fn exp_f64(x: f64) -> f64 {
+    const LN2_HI: f64 = 6.931_471_803_691_238e-1;
+    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+    const ROUND_MAGIC_F64: f64 = 6_755_399_441_055_744.0;
+    let shifted = x * std::f64::consts::LOG2_E + ROUND_MAGIC_F64;
+    let n = shifted - ROUND_MAGIC_F64;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    // 1/k! for k = 13 down to 2.
+    const INV_FACT: [f64; 12] = [
+        1.0 / 6_227_020_800.0,
+        1.0 / 479_001_600.0,
+        1.0 / 39_916_800.0,
+        1.0 / 3_628_800.0,
+        1.0 / 362_880.0,
+        1.0 / 40_320.0,
+        1.0 / 5_040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+    ];
+    let mut p = INV_FACT[0];
+    for &c in &INV_FACT[1..] {
+        p = p * r + c;
+    }
+    let e = 1.0 + (r + r * r * p);
+    // bits(shifted) = bits(1.5·2⁵²) + n: the biased exponent n + 1023 shifted into place.
+    let scale = f64::from_bits((shifted.to_bits().wrapping_sub(ROUND_MAGIC_F64.to_bits()).wrapping_add(1023)) << 52);
+    e * scale
+}
+
+/// The logistic sigmoid `1/(1 + e^−x)` of an f32, correctly rounded to f32 (evaluated in f64
+/// through [`exp_f64`]; see there for the rare exception). Arguments past ±200 are clamped
+/// there, where the result is 0 or 1 in f32 either way; NaN stays NaN.
+#[inline(always)]
+pub fn sigmoid_f32_exact(x: f32) -> f32 {
+    let x = (x as f64).clamp(-200.0, 200.0);
+    (1.0 / (1.0 + exp_f64(-x))) as f32
+}
+
+/// `tanh` of an f32, correctly rounded to f32 (evaluated in f64 as for [`sigmoid_f32_exact`]):
+/// `1 − 2/(e^{2|x|} + 1)` with x's sign, and below |x| = 1/32, where that form cancels, the odd
+/// series to x¹¹ (truncation below 1e-19 of the result). |x| is clamped at 20, past which tanh
+/// is ±1 in f32; NaN stays NaN.
+#[inline(always)]
+pub fn tanh_f32_exact(x: f32) -> f32 {
+    let a = (x as f64).abs().min(20.0);
+    let big = 1.0 - 2.0 / (exp_f64(2.0 * a) + 1.0);
+    let z = a * a;
+    // tanh a = a − a³/3 + 2a⁵/15 − 17a⁷/315 + 62a⁹/2835 − 1382a¹¹/155925.
+    let small = a + a * z * (-1.0 / 3.0 + z * (2.0 / 15.0 + z * (-17.0 / 315.0 + z * (62.0 / 2835.0 + z * (-1382.0 / 155_925.0)))));
+    let t = if a < 1.0 / 32.0 { small } else { big };
+    let t = if x.is_nan() { f64::NAN } else { t };
+    (t as f32).copysign(x)
+}
+
 /// The uniform double `uniform_real_distribution<double>` makes of two 32-bit words (libstdc++
 /// and PyTorch's CPU generator): the low 53 bits of `(a << 32) | b`, times 2⁻⁵³. Formed from
 /// two exact conversions so that it vectorises without AVX-512 DQ.
@@ -599,10 +663,11 @@ dispatch! {
 
 dispatch! {
     /// One LSTM cell update from the pre-activation `gates [i | f | g | o]` (each `h.len()`
-    /// wide): `c = σ(f)·c + σ(i)·tanh(g)`, `h = σ(o)·tanh(c)`, in f32 with libm's `expf` and
-    /// `tanhf`, as before this kernel existed. Deliberately not the vectorised approximations:
-    /// Kokoro's N curve sits at 0.96 of its golden bound, and even correctly rounded
-    /// exponentials (1-ulp changes in 0.06 % of the sigmoids) move it past that bound.
+    /// wide): `c = σ(f)·c + σ(i)·tanh(g)`, `h = σ(o)·tanh(c)`, the products and sum in f32 and
+    /// σ and tanh correctly rounded ([`sigmoid_f32_exact`], [`tanh_f32_exact`]: f64 inside,
+    /// vectorised). Not the fast f32 approximations: their 1e-7 errors, compounded over a
+    /// thousand steps of Kokoro's shared BiLSTM, moved its N curve past its golden bound. libm's
+    /// `expf`/`tanhf` one value at a time were most of a step's time.
     pub fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32]) {
         let n = h.len();
         let (gi, rest) = gates.split_at(n);
@@ -610,17 +675,11 @@ dispatch! {
         let (gg, go) = rest.split_at(n);
         let go = &go[..n];
         for (((((hj, cj), &i), &f), &g), &o) in h.iter_mut().zip(c.iter_mut()).zip(gi).zip(gf).zip(gg).zip(go) {
-            let cn = libm_sigmoid(f) * *cj + libm_sigmoid(i) * g.tanh();
+            let cn = sigmoid_f32_exact(f) * *cj + sigmoid_f32_exact(i) * tanh_f32_exact(g);
             *cj = cn;
-            *hj = libm_sigmoid(o) * cn.tanh();
+            *hj = sigmoid_f32_exact(o) * tanh_f32_exact(cn);
         }
     }
-}
-
-/// `1/(1 + expf(−x))` in f32 with libm's `expf`.
-#[inline(always)]
-fn libm_sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
 }
 
 dispatch! {
@@ -883,6 +942,43 @@ mod tests {
             wrong += usize::from((r32 * c) as f32 != want[0] || (r32 * s) as f32 != want[1]);
         }
         assert!(wrong > 1000, "an f32 logarithm must be told apart ({wrong} pairs differ)");
+    }
+
+    #[test]
+    fn exp_f64_is_within_two_ulp_of_libm() {
+        let args = words(200_000, 13).into_iter().map(|w| (w as f64 / u32::MAX as f64 - 0.5) * 1_400.0);
+        for x in args.chain([0.0, -0.0, 1e-300, 0.5 * std::f64::consts::LN_2, -700.0, 700.0]) {
+            let (got, want) = (exp_f64(x), x.exp());
+            assert!(ulps_f64(got, want) <= 2, "exp({x:e}) = {got:e}, libm {want:e}");
+        }
+    }
+
+    #[test]
+    fn sigmoid_and_tanh_are_correctly_rounded() {
+        // f32 arguments over the LSTM gates' range and past it, plus tiny, huge and special ones.
+        let mut args: Vec<f32> = words(400_000, 17).into_iter().map(|w| (w as f32 / u32::MAX as f32 - 0.5) * 40.0).collect();
+        args.extend([0.0, -0.0, 1e-30, -1e-30, 1e-8, 0.031_25, -0.031_25, 0.031_249, 88.0, -88.0, 104.0, -104.0, 1e30, -1e30]);
+        args.extend([f32::INFINITY, f32::NEG_INFINITY, f32::MIN_POSITIVE, f32::MAX]);
+        let (mut libm_sig, mut libm_tanh) = (0usize, 0usize);
+        for &x in &args {
+            // The exact values to f64's precision, then rounded once (libm's f64 functions).
+            let xd = x as f64;
+            let sig = (1.0 / (1.0 + (-xd).exp())) as f32;
+            let th = xd.tanh() as f32;
+            assert_eq!(sigmoid_f32_exact(x).to_bits(), sig.to_bits(), "σ({x:e}) = {:e}, want {sig:e}", sigmoid_f32_exact(x));
+            assert_eq!(tanh_f32_exact(x).to_bits(), th.to_bits(), "tanh({x:e}) = {:e}, want {th:e}", tanh_f32_exact(x));
+            // f32 libm's, rounded three times (σ) or computed in f32 (tanhf), are not always.
+            libm_sig += usize::from((1.0 / (1.0 + (-x).exp())).to_bits() != sig.to_bits());
+            libm_tanh += usize::from(x.tanh().to_bits() != th.to_bits());
+        }
+        assert!(sigmoid_f32_exact(f32::NAN).is_nan() && tanh_f32_exact(f32::NAN).is_nan());
+        // The wrong variant, and the reason for this kernel: libm's f32 forms miss the correctly
+        // rounded value for some arguments (so the check can tell them apart).
+        assert!(libm_sig > 0 && libm_tanh > 0, "f32 libm: {libm_sig} σ and {libm_tanh} tanh differ");
+        // Near 0, tanh's 1 − 2/(e^{2x} + 1) form alone cancels: the series is what holds it.
+        let x = 1e-12f64;
+        let cancelled = (1.0 - 2.0 / (exp_f64(2.0 * x) + 1.0)) as f32;
+        assert_ne!(cancelled.to_bits(), (x.tanh() as f32).to_bits(), "the check must tell the cancelling form apart");
     }
 
     #[test]
