@@ -149,6 +149,27 @@ pub fn mish(x: f32) -> f32 {
 /// being exact at |j| ≥ 2^20); callers send such arguments to libm instead.
 pub const SIN_FAST_LIMIT: f32 = 1.0e6;
 
+/// 1.5·2⁵²: adding it rounds an f64 to an integer held in the low mantissa bits (two's
+/// complement), subtracting it again gives that integer as an f64.
+const ROUND_MAGIC_F64: f64 = 6_755_399_441_055_744.0;
+/// π/2 in two parts (fdlibm's): the first with 33 significant bits, so j·PIO2_HI is exact for
+/// |j| < 2²⁰; the second π/2's remainder to ~1e-26.
+const PIO2_HI: f64 = 1.570_796_326_734_125_6;
+const PIO2_LO: f64 = 6.077_100_506_506_192e-11;
+/// ln 2 in two parts, the first with 21 trailing zero bits, so n·LN2_HI_F64 is exact for the
+/// exponents n of any finite f64.
+const LN2_HI_F64: f64 = 6.931_471_803_691_238e-1;
+const LN2_LO_F64: f64 = 1.908_214_929_270_587_7e-10;
+
+/// `x = j·π/2 + r` with |r| ≤ π/4 (up to rounding) and the quadrant j mod 4 in the low bits:
+/// the reduction of [`sin_f32`] and [`sin_cos_f64`], exact in its first step for |x| < 2²⁰.
+#[inline(always)]
+fn reduce_pio2_f64(x: f64) -> (f64, u32) {
+    let jm = x * std::f64::consts::FRAC_2_PI + ROUND_MAGIC_F64;
+    let j = jm - ROUND_MAGIC_F64;
+    ((x - j * PIO2_HI) - j * PIO2_LO, jm.to_bits() as u32)
+}
+
 /// `sin(x)` for f32, through f64: the argument is reduced by π/2 (fdlibm's two-part constant,
 /// exact for |x| < [`SIN_FAST_LIMIT`]) and both polynomials are evaluated in f64 with a
 /// truncation error below 1e-11, so the f32 result is the correctly rounded sine except where
@@ -156,16 +177,7 @@ pub const SIN_FAST_LIMIT: f32 = 1.0e6;
 /// Branch-free so that loops over it vectorise (libm's `sinf` does not); NaN and ±∞ give NaN.
 #[inline(always)]
 pub fn sin_f32(x: f32) -> f32 {
-    const TWO_OVER_PI: f64 = std::f64::consts::FRAC_2_PI;
-    // 1.5·2^52: adding it rounds to an integer held in the low mantissa bits (two's complement).
-    const ROUND_MAGIC_F64: f64 = 6_755_399_441_055_744.0;
-    const PIO2_HI: f64 = 1.570_796_326_734_125_6;
-    const PIO2_LO: f64 = 6.077_100_506_506_192e-11;
-    let xd = x as f64;
-    let jm = xd * TWO_OVER_PI + ROUND_MAGIC_F64;
-    let quadrant = jm.to_bits() as u32;
-    let j = jm - ROUND_MAGIC_F64;
-    let r = (xd - j * PIO2_HI) - j * PIO2_LO;
+    let (r, quadrant) = reduce_pio2_f64(x as f64);
     let z = r * r;
     // Taylor series on |r| ≤ π/4: sin to r¹¹ (error ≤ r¹³/13! < 7e-12), cos to r¹² (< 2e-12).
     let s = r + r * z * (-1.0 / 6.0 + z * (1.0 / 120.0 + z * (-1.0 / 5040.0 + z * (1.0 / 362_880.0 + z * (-1.0 / 39_916_800.0)))));
@@ -184,8 +196,6 @@ pub fn sin_f32(x: f32) -> f32 {
 /// are outside its domain (callers give it 1 − u for a uniform u < 1, which is none of them).
 #[inline(always)]
 pub fn ln_f64(y: f64) -> f64 {
-    const LN2_HI: f64 = 6.931_471_803_691_238e-1;
-    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
     // The mantissa bits of √2: a mantissa at or above them is halved (and k raised by one).
     const SQRT2_MANTISSA: u64 = 0x6_a09e_667f_3bcd;
     const MANTISSA: u64 = (1 << 52) - 1;
@@ -205,21 +215,18 @@ pub fn ln_f64(y: f64) -> f64 {
     }
     let r = r * z;
     let hfsq = 0.5 * f * f;
-    k * LN2_HI - ((hfsq - (s * (hfsq + r) + k * LN2_LO)) - f)
+    k * LN2_HI_F64 - ((hfsq - (s * (hfsq + r) + k * LN2_LO_F64)) - f)
 }
 
 /// `(sin θ, cos θ)` in f64 for 0 ≤ θ ≤ 8 (Box–Muller's angles, 2π·u), each within one ulp
-/// of the exact value or 1e-25 of it: θ is reduced by π/2 with the two-part constant of
-/// [`sin_f32`], whose second part is π/2's remainder to 1e-26 (so within ~1e-10 of a multiple
+/// of the exact value or 1e-25 of it: θ is reduced by π/2 as [`sin_f32`]'s argument is
+/// ([`reduce_pio2_f64`]), whose second constant is π/2's remainder to 1e-26 (so within ~1e-10 of a multiple
 /// of π/2, where the result is that small, the last digits can be off; rounded to f32 that
 /// changes a value about once in 10¹⁷ draws), then the Taylor series of sin to r¹⁷ and cos to
 /// r¹⁶ on |r| ≤ π/4 (truncation below 1e-18), the cosine's leading `1 − r²/2` carried with
 /// its rounding error. Branch-free.
 #[inline(always)]
 pub fn sin_cos_f64(theta: f64) -> (f64, f64) {
-    const ROUND_MAGIC_F64: f64 = 6_755_399_441_055_744.0;
-    const PIO2_HI: f64 = 1.570_796_326_734_125_6;
-    const PIO2_LO: f64 = 6.077_100_506_506_192e-11;
     // 1/(2k+1)! and 1/(2k)! with their signs, k = 1…8 and 2…8.
     const S: [f64; 8] = [
         -1.0 / 6.0,
@@ -240,10 +247,7 @@ pub fn sin_cos_f64(theta: f64) -> (f64, f64) {
         -1.0 / 87_178_291_200.0,
         1.0 / 20_922_789_888_000.0,
     ];
-    let jm = theta * std::f64::consts::FRAC_2_PI + ROUND_MAGIC_F64;
-    let quadrant = jm.to_bits() as u32;
-    let j = jm - ROUND_MAGIC_F64;
-    let r = (theta - j * PIO2_HI) - j * PIO2_LO;
+    let (r, quadrant) = reduce_pio2_f64(theta);
     let z = r * r;
     let mut ps = S[7];
     for &c in S[..7].iter().rev() {
@@ -265,19 +269,16 @@ pub fn sin_cos_f64(theta: f64) -> (f64, f64) {
 }
 
 /// `e^x` in f64 for |x| ≤ 700, within an ulp or two of the exact value: x = n·ln2 + r with
-/// |r| ≤ ln2/2 (ln 2 in two parts, the first with 21 trailing zero bits so n·LN2_HI is exact),
+/// |r| ≤ ln2/2 (ln 2 in two parts, [`LN2_HI_F64`] and [`LN2_LO_F64`]),
 /// the Taylor series of e^r to r¹³ (truncation below 5e-18), scaled by 2ⁿ through the exponent
 /// bits. Branch-free. Used where an f32 result must be correctly rounded: evaluated this
 /// closely, the f32 rounding of the f64 value is the exact value's except within ~1e-15 of a
 /// rounding boundary (a few values in 10⁹).
 #[inline(always)]
 pub fn exp_f64(x: f64) -> f64 {
-    const LN2_HI: f64 = 6.931_471_803_691_238e-1;
-    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
-    const ROUND_MAGIC_F64: f64 = 6_755_399_441_055_744.0;
     let shifted = x * std::f64::consts::LOG2_E + ROUND_MAGIC_F64;
     let n = shifted - ROUND_MAGIC_F64;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let r = (x - n * LN2_HI_F64) - n * LN2_LO_F64;
     // 1/k! for k = 13 down to 2.
     const INV_FACT: [f64; 12] = [
         1.0 / 6_227_020_800.0,
