@@ -1043,6 +1043,9 @@ pub fn interpolate_linear<B: Backend>(kit: &B) {
     let cases = [
         InterpolateSpec::by_scale(1, 1200, 9, 1.0 / 300.0),
         InterpolateSpec::by_scale(1, 4, 9, 300.0),
+        // 3,000 output rows: the CPU backend's 1,024-row tasks, with the second item starting
+        // inside one of them.
+        InterpolateSpec::by_scale(2, 5, 9, 300.0),
         InterpolateSpec::by_scale(2, 7, 3, 2.0),
         InterpolateSpec::by_scale(1, 10, 2, 0.5),
         InterpolateSpec { batch: 1, n_in: 5, n_out: 3, c: 2, ratio: 5.0 / 3.0 },
