@@ -3,8 +3,9 @@
 //!
 //! The same tile structure as the bf16 kernel in [`super::conv`] (no im2col: each tap's A rows
 //! are read straight from a converted copy of the input rows), with four channels per dword
-//! instead of two, so a tile runs half as many multiply-add steps, on [`MR`] = 6 rows (an i32 and
-//! an f32 accumulator per output):
+//! instead of two, so a tile runs half as many multiply-add steps, on [`MR`] = 6 rows by 64
+//! output channels (two filter panels; 32 where one is left), an i32 accumulator per output in
+//! registers and the f32 sums across taps in the output rows themselves:
 //!
 //! - **Filters**, per output channel `co`: scale `s_w = max|w[co, ·, ·]| / 127` and
 //!   `q_w = round(w / s_w)` in `[−127, 127]` (round half to even), packed per call into panels
@@ -39,9 +40,9 @@ use crate::cpu::conv::{padded_row_len, rows_read, tap_offsets};
 use crate::cpu::scratch::{with_scratch, with_scratch_u32, with_scratch_usize};
 use crate::spec::Conv1dSpec;
 
-/// Rows of the micro-tile: 6 rows × 2 vectors of 16 lanes, an i32 accumulator for the tap being
-/// summed and an f32 one across taps each (24 registers), with the two B vectors, the tap's two
-/// correction vectors and the broadcast A dword in the 32 AVX-512 registers.
+/// Rows of the micro-tile: 6 rows × 4 vectors of 16 lanes, an i32 accumulator each for the tap
+/// being summed (24 registers), with the four B vectors and the broadcast A dword in the 32
+/// AVX-512 registers; the f32 sums across taps are kept in the output.
 pub(crate) const MR: usize = 6;
 
 /// The byte a zero activation is stored as (`q_x + 128` with `q_x = 0`), four to a dword.
@@ -282,7 +283,8 @@ fn pack_filters(spec: &Conv1dSpec, w: &[u16], j0: usize, panel: &mut [u32], sums
 
 /// Output rows `t0..t0 + yblk.len() / c_out` of one batch item: quantises the input rows they
 /// read (each with its own scale), tabulates each tile's source rows and their scales, and runs
-/// the tile kernel over every filter panel (outer: one panel stays in L2) and tile (inner).
+/// the tile kernel over every pair of filter panels (outer), group of taps (middle: a group's
+/// filters stay in L1) and tile (inner).
 fn conv_block(cpu: Avx512Vnni, spec: &Conv1dSpec, xb: &[f32], w: &PackedFilters, bias: Option<&[f32]>, t0: usize, yblk: &mut [f32]) {
     let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
     let rows = yblk.len() / c_out;
@@ -307,29 +309,47 @@ fn conv_block(cpu: Avx512Vnni, spec: &Conv1dSpec, xb: &[f32], w: &PackedFilters,
                     }
                     let (offsets, steps) = (&*offsets, &*steps);
                     let panel_len = kernel * quads * NR;
-                    for jp in 0..c_out.div_ceil(NR) {
-                        let (j0, width) = (jp * NR, (c_out - jp * NR).min(NR));
-                        let panel = &w.panels[jp * panel_len..(jp + 1) * panel_len];
+                    // Columns in pairs of panels (the last may be a single one); per pair, the
+                    // taps in groups whose filters stay in L1 while every tile of the block
+                    // takes them.
+                    let group = taps_per_group(kernel, quads);
+                    for j0 in (0..c_out).step_by(2 * NR) {
+                        let (jp, width) = (j0 / NR, (c_out - j0).min(2 * NR));
+                        let second = if width > NR { &w.panels[(jp + 1) * panel_len..(jp + 2) * panel_len] } else { &[] };
                         let columns = Columns {
+                            panels: [&w.panels[jp * panel_len..(jp + 1) * panel_len], second],
                             correction: &w.correction,
                             stride: cols,
                             j0,
                             w_scale: &w.w_scale[j0..j0 + width],
                             bias: bias.map(|b| &b[j0..j0 + width]),
                         };
-                        for ti in 0..tiles {
-                            let r0 = ti * MR;
-                            let tile_rows = (rows - r0).min(MR);
-                            let out = &mut yblk[r0 * c_out + j0..(r0 + tile_rows - 1) * c_out + j0 + width];
-                            let at = ti * kernel * MR..(ti + 1) * kernel * MR;
-                            let tile = TileRows { taps: kernel, run: quads, offsets: &offsets[at.clone()], steps: &steps[at] };
-                            tile_kernel(cpu, &tile, xq, panel, &columns, out, c_out, tile_rows);
+                        for k0 in (0..kernel).step_by(group) {
+                            let taps = k0..(k0 + group).min(kernel);
+                            for ti in 0..tiles {
+                                let r0 = ti * MR;
+                                let tile_rows = (rows - r0).min(MR);
+                                let out = &mut yblk[r0 * c_out + j0..(r0 + tile_rows - 1) * c_out + j0 + width];
+                                let at = ti * kernel * MR..(ti + 1) * kernel * MR;
+                                let tile = TileRows { taps: kernel, run: quads, offsets: &offsets[at.clone()], steps: &steps[at] };
+                                tile_kernel(cpu, &tile, taps.clone(), xq, &columns, out, c_out, tile_rows);
+                            }
                         }
                     }
                 });
             });
         });
     });
+}
+
+/// Filters one pass over a block's tiles reads, a group of whole taps of a panel pair: about
+/// the L1 cache (32–48 KiB), so that most of them stay there while the tiles take them in turn
+/// (measured on a 48 KiB L1: 16 and 24 KiB groups ran no faster, 48 KiB and whole filters slower).
+const GROUP_FILTER_BYTES: usize = 32 * 1024;
+
+/// Taps per group: as many as fit [`GROUP_FILTER_BYTES`] for a pair of panels, at least one.
+fn taps_per_group(kernel: usize, quads: usize) -> usize {
+    (GROUP_FILTER_BYTES / (2 * NR * 4 * quads.max(1))).clamp(1, kernel.max(1))
 }
 
 /// One tile's A operand: `offsets[k·MR + r]` is where, in the converted input, the `run` dwords
@@ -341,9 +361,10 @@ struct TileRows<'a> {
     steps: &'a [f32],
 }
 
-/// One panel's columns `j0..j0 + width` of the filter bank's corrections (`[K][stride]`), steps
-/// and the bias.
+/// Columns `j0..j0 + width` (up to two panels): the panels (the second empty where `width` ≤
+/// [`NR`]), the filter bank's corrections (`[K][stride]`), the steps and the bias.
 struct Columns<'a> {
+    panels: [&'a [u32]; 2],
     correction: &'a [i32],
     stride: usize,
     j0: usize,
@@ -383,47 +404,72 @@ fn convert_rows(cpu: Avx512Vnni, x: &[f32], c_in: usize, row_len: usize, dst: &m
     }
 }
 
-/// `out[r·ldy + j] = (Σ_k (Σ_p A(r, k, p) · B(k, p, j) + correction[k][j0 + j]) · step(r, k)) ·
-/// w_scale[j] + bias[j]` for rows `r < rows` and the panel's `width` columns, the taps summed in
-/// order in f32, A read from `xq` at the tile's offsets, B the packed panel `[taps][run][NR]`.
+/// Taps `taps` of `out[r·ldy + j] = (Σ_k (Σ_p A(r, k, p) · B(k, p, j) + correction[k][j0 + j]) ·
+/// step(r, k)) · w_scale[j] + bias[j]` for rows `r < rows` and the `width` columns, the taps
+/// summed in order in f32 in `out` itself (the first tap starts from zero; the last writes the
+/// result), A read from `xq` at the tile's offsets, B the packed panels `[taps][run][NR]`.
 #[allow(clippy::too_many_arguments)]
 fn tile_kernel(
     cpu: Avx512Vnni,
     tile: &TileRows<'_>,
+    taps: std::ops::Range<usize>,
     xq: &[u32],
-    panel: &[u32],
     columns: &Columns<'_>,
     out: &mut [f32],
     ldy: usize,
     rows: usize,
 ) {
-    let TileRows { taps, run, offsets, steps } = *tile;
+    let TileRows { taps: all_taps, run, offsets, steps } = *tile;
     assert!((1..=MR).contains(&rows), "tile rows");
+    assert!(taps.start < taps.end && taps.end <= all_taps, "tap range");
     let width = columns.w_scale.len();
-    assert!((1..=NR).contains(&width) && out.len() == (rows - 1) * ldy + width, "tile shape");
+    let panels = if width > NR { 2 } else { 1 };
+    assert!((1..=2 * NR).contains(&width) && out.len() == (rows - 1) * ldy + width, "tile shape");
     assert!(columns.bias.is_none_or(|b| b.len() == width), "bias width");
-    assert!(columns.j0 + width <= columns.stride && columns.correction.len() >= taps * columns.stride, "corrections");
-    assert!(offsets.len() == taps * MR && steps.len() == taps * MR, "tile table");
+    assert!(columns.j0 + width <= columns.stride && columns.correction.len() >= all_taps * columns.stride, "corrections");
+    assert!(offsets.len() == all_taps * MR && steps.len() == all_taps * MR, "tile table");
     assert!(offsets.iter().all(|&o| o + run <= xq.len()), "A offsets outside the input copy");
-    assert!(panel.len() >= taps * run * NR, "filter panel too short");
+    assert!(columns.panels[..panels].iter().all(|p| p.len() >= all_taps * run * NR), "filter panel too short");
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `cpu` proves AVX-512 F and VNNI; every A read lies at an offset checked above, B
-    // reads within `taps·run·NR`, the corrections read `width` values per tap within the array,
-    // and the stores lie within `out` (its shape checked above).
+    // reads within `all_taps·run·NR` of each panel used (two only where `width` > NR), the
+    // corrections read `width` values per tap within the array, and the loads and stores of
+    // `out` lie within it (its shape checked above).
     unsafe {
         let _ = cpu;
-        let tile = x86::Tile { taps, run, xq: xq.as_ptr(), offsets: offsets.as_ptr(), steps: steps.as_ptr(), b: panel.as_ptr() };
+        let b = [columns.panels[0].as_ptr(), columns.panels[panels - 1].as_ptr()];
+        let tile = x86::Tile { taps, last: all_taps, run, xq: xq.as_ptr(), offsets: offsets.as_ptr(), steps: steps.as_ptr(), b };
         let epi = x86::TileColumns {
             correction: columns.correction.as_ptr().add(columns.j0),
             stride: columns.stride,
             w_scale: columns.w_scale.as_ptr(),
             bias: columns.bias.map_or(std::ptr::null(), |b| b.as_ptr()),
         };
-        x86::tile_kernel(&tile, &epi, out.as_mut_ptr(), ldy, rows, width);
+        let full = width == panels * NR;
+        let run_tile = |out: *mut f32, ldy: usize| match (panels, full) {
+            (2, true) => x86::tile_kernel::<4, true>(&tile, &epi, out, ldy, width),
+            (2, false) => x86::tile_kernel::<4, false>(&tile, &epi, out, ldy, width),
+            (_, true) => x86::tile_kernel::<2, true>(&tile, &epi, out, ldy, width),
+            (_, false) => x86::tile_kernel::<2, false>(&tile, &epi, out, ldy, width),
+        };
+        if rows == MR {
+            run_tile(out.as_mut_ptr(), ldy);
+        } else {
+            // A partial tile runs whole on a staged copy of its rows (the rows past it read the
+            // zero row), so the kernel has no row count to test.
+            let mut staged = [0.0f32; MR * 2 * NR];
+            for (r, row) in staged.chunks_exact_mut(2 * NR).take(rows).enumerate() {
+                row[..width].copy_from_slice(&out[r * ldy..r * ldy + width]);
+            }
+            run_tile(staged.as_mut_ptr(), 2 * NR);
+            for (r, row) in staged.chunks_exact(2 * NR).take(rows).enumerate() {
+                out[r * ldy..r * ldy + width].copy_from_slice(&row[..width]);
+            }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (cpu, xq, panel, out);
+        let _ = (cpu, xq, out, taps);
         unreachable!("AVX-512 VNNI token off x86-64")
     }
 }
@@ -542,15 +588,17 @@ mod x86 {
     }
 
     /// Where one tile's operands lie: `offsets[k·MR + r]` is the start, in `xq`, of the `run`
-    /// dwords row `r` reads at tap `k`, `steps[k·MR + r]` that input row's step; `b` the panel
-    /// `[taps][run][NR]`.
+    /// dwords row `r` reads at tap `k`, `steps[k·MR + r]` that input row's step; `b` the panels
+    /// `[last][run][NR]` of the tile's first and second 32 columns; `taps` the taps to sum now,
+    /// `last` the filter's tap count (the group ending there writes the result).
     pub(super) struct Tile {
-        pub taps: usize,
+        pub taps: std::ops::Range<usize>,
+        pub last: usize,
         pub run: usize,
         pub xq: *const u32,
         pub offsets: *const usize,
         pub steps: *const f32,
-        pub b: *const u32,
+        pub b: [*const u32; 2],
     }
 
     /// The tile's columns: the corrections (`[taps][stride]`, from the tile's first column),
@@ -562,76 +610,106 @@ mod x86 {
         pub bias: *const f32,
     }
 
-    /// The `MR`×`NR` tile: per tap, i32 accumulators start at the tap's correction and take
-    /// `vpdpbusd` of two B vectors and one broadcast A dword per row and step; then each is added
-    /// into an f32 accumulator with its row's step. Finally `f · w_scale + bias` is stored.
+    /// The `MR` × `16·NV` tile (`NV` = 2: one panel, 4: two): per tap, i32 accumulators start at
+    /// the tap's correction and take `vpdpbusd` of `NV` B vectors and one broadcast A dword per
+    /// row and step; then each is added, with its row's step, into the f32 sum kept in `out`
+    /// (zero before the first tap), and after the filter's last tap `f · w_scale + bias` is
+    /// stored instead. `FULL`: all `16·NV` columns are there (no masks); otherwise `width`.
+    ///
+    /// The sums live in `out`, not in registers, so the i32 accumulators can take 24 registers:
+    /// with four B vectors a step issues 10 loads for 24 `vpdpbusd`, where two B vectors (12
+    /// accumulators beside 12 f32 ones) issued 8 loads for 12, and the loads, not the dot
+    /// products, bounded the loop. A tap's sums cost `MR·NV` loads and stores against its
+    /// `run·MR·NV` dot products.
     ///
     /// # Safety
-    /// AVX-512 F and VNNI present; `offsets`/`steps` hold `taps·MR` entries, each offset `o` with
-    /// `o + run` dwords inside `xq`; `b` holds `taps·run·NR` dwords; `correction` holds `width`
-    /// values at each of `taps` strides; `w_scale` (and `bias` unless null) `width` values; `out`
-    /// holds `(rows − 1)·ldy + width` floats, `1 ≤ rows ≤ MR`, `1 ≤ width ≤ NR`.
+    /// AVX-512 F and VNNI present; `offsets`/`steps` hold `last·MR` entries, each offset `o` with
+    /// `o + run` dwords inside `xq`; `taps` lies in `0..last` and is not empty; `b[0]` (and
+    /// `b[1]` where `NV` = 4) hold `last·run·NR` dwords; `correction` holds `width` values at
+    /// each of `last` strides; `w_scale` (and `bias` unless null) `width` values; `out` holds
+    /// `(MR − 1)·ldy + width` floats, `1 ≤ width ≤ 16·NV` (`= 16·NV` where `FULL`).
     #[target_feature(enable = "avx512f,avx512vnni")]
-    pub(super) unsafe fn tile_kernel(tile: &Tile, cols: &TileColumns, out: *mut f32, ldy: usize, rows: usize, width: usize) {
-        let Tile { taps, run, xq, offsets, steps, b } = *tile;
-        let (m0, m1) = (lanes(width), lanes(width.saturating_sub(16)));
-        for r in 0..rows {
+    pub(super) unsafe fn tile_kernel<const NV: usize, const FULL: bool>(
+        tile: &Tile,
+        cols: &TileColumns,
+        out: *mut f32,
+        ldy: usize,
+        width: usize,
+    ) {
+        let Tile { ref taps, last, run, xq, offsets, steps, b } = *tile;
+        let masks: [__mmask16; NV] = std::array::from_fn(|v| lanes(width.saturating_sub(16 * v)));
+        // The sums' loads and stores: whole vectors unmasked (a masked store is not forwarded to
+        // the next tap's load of it).
+        let load = |at: *const f32, v: usize| {
+            // SAFETY: `at` is one of the tile's output vectors, within the caller's contract.
+            unsafe {
+                if FULL {
+                    _mm512_loadu_ps(at)
+                } else {
+                    _mm512_maskz_loadu_ps(masks[v], at)
+                }
+            }
+        };
+        let store = |at: *mut f32, v: usize, f: __m512| {
+            // SAFETY: as for `load`.
+            unsafe {
+                if FULL {
+                    _mm512_storeu_ps(at, f)
+                } else {
+                    _mm512_mask_storeu_ps(at, masks[v], f)
+                }
+            }
+        };
+        for r in 0..MR {
             let dst = out.wrapping_add(r * ldy);
             _mm_prefetch::<_MM_HINT_ET0>(dst as *const i8);
             _mm_prefetch::<_MM_HINT_ET0>(dst.wrapping_add(width - 1) as *const i8);
         }
-        let mut f = [[_mm512_setzero_ps(); 2]; MR];
-        for k in 0..taps {
-            // SAFETY (whole block): offsets, steps, B and the corrections within the caller's
-            // contract; correction loads masked to `width`.
+        for k in taps.clone() {
+            // SAFETY (whole block): offsets, steps, B, the corrections and `out` within the
+            // caller's contract; correction, step and bias loads masked to `width`.
             unsafe {
                 let corr = cols.correction.add(k * cols.stride);
-                let c0 = _mm512_maskz_loadu_epi32(m0, corr);
-                let c1 = _mm512_maskz_loadu_epi32(m1, corr.wrapping_add(16));
-                let mut acc = [[c0, c1]; MR];
+                let c: [__m512i; NV] = std::array::from_fn(|v| _mm512_maskz_loadu_epi32(masks[v], corr.wrapping_add(16 * v)));
+                let mut acc = [c; MR];
                 let a: [*const u32; MR] = std::array::from_fn(|r| xq.add(*offsets.add(k * MR + r)));
-                let bk = b.add(k * run * NR);
+                let bk = [b[0].add(k * run * NR), b[1].add(k * run * NR)];
                 for p in 0..run {
-                    let bp = bk.add(p * NR);
-                    let b0 = _mm512_loadu_si512(bp as *const __m512i);
-                    let b1 = _mm512_loadu_si512(bp.add(16) as *const __m512i);
+                    let bv: [__m512i; NV] =
+                        std::array::from_fn(|v| _mm512_loadu_si512(bk[v / 2].add(p * NR + 16 * (v % 2)) as *const __m512i));
                     for (row, ar) in acc.iter_mut().zip(a) {
                         let quad = _mm512_set1_epi32(*ar.add(p) as i32);
-                        row[0] = _mm512_dpbusd_epi32(row[0], quad, b0);
-                        row[1] = _mm512_dpbusd_epi32(row[1], quad, b1);
+                        for (lane, &bv) in row.iter_mut().zip(&bv) {
+                            *lane = _mm512_dpbusd_epi32(*lane, quad, bv);
+                        }
                     }
                 }
-                for (r, (fr, row)) in f.iter_mut().zip(&acc).enumerate() {
-                    let step = _mm512_set1_ps(*steps.add(k * MR + r));
-                    fr[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(row[0]), step, fr[0]);
-                    fr[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(row[1]), step, fr[1]);
-                }
-            }
-        }
-        // SAFETY: epilogue reads and output stores are masked to the tile's `width` columns and
-        // `rows` rows, inside the caller's contract.
-        unsafe {
-            let (s0, s1) = (_mm512_maskz_loadu_ps(m0, cols.w_scale), _mm512_maskz_loadu_ps(m1, cols.w_scale.wrapping_add(16)));
-            let (bias0, bias1) = if cols.bias.is_null() {
-                (_mm512_setzero_ps(), _mm512_setzero_ps())
-            } else {
-                (_mm512_maskz_loadu_ps(m0, cols.bias), _mm512_maskz_loadu_ps(m1, cols.bias.wrapping_add(16)))
-            };
-            let store = |r: usize, row: &[__m512; 2]| {
-                let dst = out.add(r * ldy);
-                _mm512_mask_storeu_ps(dst, m0, _mm512_fmadd_ps(row[0], s0, bias0));
-                _mm512_mask_storeu_ps(dst.wrapping_add(16), m1, _mm512_fmadd_ps(row[1], s1, bias1));
-            };
-            // Whole tiles with a fixed trip count, so the accumulators are stored from their
-            // registers (see the bf16 kernel).
-            if rows == MR {
-                for (r, row) in f.iter().enumerate() {
-                    store(r, row);
-                }
-            } else {
-                let partial = f;
-                for (r, row) in partial.iter().enumerate().take(rows) {
-                    store(r, row);
+                let step: [__m512; MR] = std::array::from_fn(|r| _mm512_set1_ps(*steps.add(k * MR + r)));
+                if k + 1 < last {
+                    for (r, (row, &step)) in acc.iter().zip(&step).enumerate() {
+                        for (v, &sum) in row.iter().enumerate() {
+                            let at = out.add(r * ldy + 16 * v);
+                            let prev = if k == 0 { _mm512_setzero_ps() } else { load(at, v) };
+                            store(at, v, _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), step, prev));
+                        }
+                    }
+                } else {
+                    let w_scale: [__m512; NV] = std::array::from_fn(|v| _mm512_maskz_loadu_ps(masks[v], cols.w_scale.add(16 * v)));
+                    let bias: [__m512; NV] = std::array::from_fn(|v| {
+                        if cols.bias.is_null() {
+                            _mm512_setzero_ps()
+                        } else {
+                            _mm512_maskz_loadu_ps(masks[v], cols.bias.add(16 * v))
+                        }
+                    });
+                    for (r, (row, &step)) in acc.iter().zip(&step).enumerate() {
+                        for (v, &sum) in row.iter().enumerate() {
+                            let at = out.add(r * ldy + 16 * v);
+                            let prev = if k == 0 { _mm512_setzero_ps() } else { load(at, v) };
+                            let f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), step, prev);
+                            store(at, v, _mm512_fmadd_ps(f, w_scale[v], bias[v]));
+                        }
+                    }
                 }
             }
         }

@@ -44,7 +44,8 @@ fn kernels(cpu: Avx512Vnni) -> Vec<Avx512Vnni> {
 
 /// Shapes whose input channels fill whole AMX tiles (multiples of 64): padding at both ends,
 /// partial row tiles and panels, a stride (rows not consecutive), reflection, a batch, fewer
-/// rows than one tile.
+/// rows than one tile. For the VNNI kernel they also cover whole and partial panel pairs, a
+/// single panel left over, and taps summed in one group or several.
 fn tile_shapes() -> Vec<Conv1dSpec> {
     let s = |batch, n, c_in, c_out, kernel, stride, dilation, pad| {
         Conv1dSpec::new(batch, n, c_in, c_out, kernel).stride(stride).dilation(dilation).pad(pad)
@@ -56,6 +57,9 @@ fn tile_shapes() -> Vec<Conv1dSpec> {
         s(1, 90, 64, 17, 5, 1, 1, 2).pad_mode(PadMode::Reflect),
         s(1, 20, 256, 8, 11, 1, 1, 5),
         s(1, 700, 512, 64, 1, 1, 1, 0),
+        // Two whole panel pairs, 11 taps in three groups of the VNNI kernel (4, 4, 3), a
+        // partial last row tile.
+        s(1, 251, 128, 128, 11, 1, 5, 25),
     ]
 }
 
