@@ -921,8 +921,9 @@ pub fn lstm<B: Backend>(kit: &B) {
 
 pub fn instance_norm<B: Backend>(kit: &B) {
     let mut rng = Rng::new(23);
-    // (3, 9, 70): several 32-channel tiles, the last one partial, over several items.
-    for &(batch, n, c) in &[(1usize, 1usize, 3usize), (2, 37, 20), (1, 300, 7), (3, 9, 70)] {
+    // (3, 9, 70): several 32-channel tiles, the last one partial, over several items; (2, 1300,
+    // 5): statistics over several blocks of rows, merged (the CPU backend's blocks are 512 rows).
+    for &(batch, n, c) in &[(1usize, 1usize, 3usize), (2, 37, 20), (1, 300, 7), (3, 9, 70), (2, 1300, 5)] {
         // An offset per channel: the normalisation must remove it. Offsets stay below 63 (channel
         // index mod 21) so that the f32 mean's rounding (half an ulp, ≤ 2e-6) fits the tolerance.
         let x: Vec<f32> = rng.vec(batch * n * c).iter().enumerate().map(|(i, v)| v + ((i % c) % 21) as f32 * 3.0).collect();
