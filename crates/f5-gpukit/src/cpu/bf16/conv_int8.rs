@@ -428,11 +428,12 @@ fn tile_kernel(
     assert!(columns.bias.is_none_or(|b| b.len() == width), "bias width");
     assert!(columns.j0 + width <= columns.stride && columns.correction.len() >= all_taps * columns.stride, "corrections");
     assert!(offsets.len() == all_taps * MR && steps.len() == all_taps * MR, "tile table");
-    assert!(offsets.iter().all(|&o| o + run <= xq.len()), "A offsets outside the input copy");
+    // Only the taps this call reads: a tile runs once per group of taps.
+    assert!(offsets[taps.start * MR..taps.end * MR].iter().all(|&o| o + run <= xq.len()), "A offsets outside the input copy");
     assert!(columns.panels[..panels].iter().all(|p| p.len() >= all_taps * run * NR), "filter panel too short");
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `cpu` proves AVX-512 F and VNNI; every A read lies at an offset checked above, B
-    // reads within `all_taps·run·NR` of each panel used (two only where `width` > NR), the
+    // SAFETY: `cpu` proves AVX-512 F and VNNI; every A read (taps `taps` only) lies at an offset
+    // checked above, B reads within `all_taps·run·NR` of each panel used (two only where `width` > NR), the
     // corrections read `width` values per tap within the array, and the loads and stores of
     // `out` lie within it (its shape checked above).
     unsafe {
@@ -623,8 +624,8 @@ mod x86 {
     /// `run·MR·NV` dot products.
     ///
     /// # Safety
-    /// AVX-512 F and VNNI present; `offsets`/`steps` hold `last·MR` entries, each offset `o` with
-    /// `o + run` dwords inside `xq`; `taps` lies in `0..last` and is not empty; `b[0]` (and
+    /// AVX-512 F and VNNI present; `offsets`/`steps` hold `last·MR` entries, each offset `o` of
+    /// the taps `taps` with `o + run` dwords inside `xq`; `taps` lies in `0..last` and is not empty; `b[0]` (and
     /// `b[1]` where `NV` = 4) hold `last·run·NR` dwords; `correction` holds `width` values at
     /// each of `last` strides; `w_scale` (and `bias` unless null) `width` values; `out` holds
     /// `(MR − 1)·ldy + width` floats, `1 ≤ width ≤ 16·NV` (`= 16·NV` where `FULL`).
