@@ -37,6 +37,7 @@ use rayon::prelude::*;
 use super::conv_int8_amx::{self as amx, AmxInt8};
 use super::gemm::{from_bf16, NR};
 use crate::cpu::conv::{padded_row_len, rows_read, tap_offsets};
+use crate::cpu::lines::LineVec;
 use crate::cpu::scratch::{with_scratch, with_scratch_u32, with_scratch_usize};
 use crate::spec::Conv1dSpec;
 
@@ -138,7 +139,8 @@ fn quantize(v: f32, inv: f32) -> i32 {
 pub(crate) struct PackedFilters {
     /// `(c_out, c_in, kernel)` the bank was packed for.
     shape: (usize, usize, usize),
-    panels: Vec<u32>,
+    /// On a cache line: the tile kernel loads a line of it per vector.
+    panels: LineVec<u32>,
     /// `[K][cols]` i32 corrections, cols = panels · NR.
     correction: Vec<i32>,
     w_scale: Vec<f32>,
@@ -150,7 +152,7 @@ impl PackedFilters {
         let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
         let panel_len = kernel * c_in.div_ceil(4) * NR;
         let cols = c_out.div_ceil(NR) * NR;
-        let mut panels = vec![0u32; cols / NR * panel_len];
+        let mut panels = LineVec::zeroed(cols / NR * panel_len);
         let mut sums = vec![0i32; cols * kernel];
         let mut w_scale = vec![0f32; cols];
         panels
