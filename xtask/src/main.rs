@@ -72,6 +72,11 @@ commands:
                                 run the cargo-fuzz targets in fuzz/ (needs nightly and cargo-fuzz)
 ";
 
+/// Large buffers on cache lines, as the `f5` binary has them (the CPU kernels' vector loads
+/// straddle two lines from the system allocator's 16-byte alignment).
+#[global_allocator]
+static ALLOCATOR: f5_gpukit::LineAligned = f5_gpukit::LineAligned;
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = repo_root()?;

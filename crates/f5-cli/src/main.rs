@@ -239,6 +239,11 @@ enum VoicesCommand {
     Remove { id: String },
 }
 
+/// Large buffers on cache lines, as the `f5` binary has them (the CPU kernels' vector loads
+/// straddle two lines from the system allocator's 16-byte alignment).
+#[global_allocator]
+static ALLOCATOR: f5_gpukit::LineAligned = f5_gpukit::LineAligned;
+
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

@@ -36,6 +36,11 @@ fn timed(f: impl FnOnce() -> AnyResult<()>) -> AnyResult<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// Large buffers on cache lines, as the `f5` binary has them (the CPU kernels' vector loads
+/// straddle two lines from the system allocator's 16-byte alignment).
+#[global_allocator]
+static ALLOCATOR: f5_gpukit::LineAligned = f5_gpukit::LineAligned;
+
 fn main() -> AnyResult<()> {
     let (mut threads, mut frames, mut rounds) = (2usize, vec![1000usize, 1500, 2000], 5usize);
     let mut it = std::env::args().skip(1);

@@ -35,6 +35,7 @@ pub mod cuda;
 mod spec;
 
 pub use cpu::bf16::{cpu_bf16_missing_feature, cpu_int8_missing_feature, CpuBf16Backend, CpuBuf};
+pub use cpu::line_alloc::LineAligned;
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaBackend, CudaBuf, CudaOptions, WeightPrecision};

@@ -169,6 +169,11 @@ fn time_one<B: Backend>(a: &Args, label: &str, model: &Kokoro<B>, ids: &[u32], s
     Ok(Outcome { f0, n, asr, durations: speech.durations, audio: speech.audio })
 }
 
+/// Large buffers on cache lines, as the `f5` binary has them (the CPU kernels' vector loads
+/// straddle two lines from the system allocator's 16-byte alignment).
+#[global_allocator]
+static ALLOCATOR: f5_gpukit::LineAligned = f5_gpukit::LineAligned;
+
 fn main() -> AnyResult<()> {
     let a = parse_args()?;
     let list = if a.precision == "both" { "f32,bf16" } else { a.precision.as_str() };

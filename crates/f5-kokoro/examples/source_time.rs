@@ -20,6 +20,11 @@ type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 /// Samples per F0 frame in Kokoro's generator (upsampling × iSTFT hop).
 const UPSAMPLE: usize = 300;
 
+/// Large buffers on cache lines, as the `f5` binary has them (the CPU kernels' vector loads
+/// straddle two lines from the system allocator's 16-byte alignment).
+#[global_allocator]
+static ALLOCATOR: f5_gpukit::LineAligned = f5_gpukit::LineAligned;
+
 fn main() -> AnyResult<()> {
     let (mut threads, mut iters) = (2usize, 8usize);
     let mut args = std::env::args().skip(1);

@@ -6,6 +6,7 @@ mod attention;
 pub(crate) mod bf16;
 mod conv;
 mod few_rows;
+pub(crate) mod line_alloc;
 pub(crate) mod lines;
 mod scratch;
 mod seq;
