@@ -31,7 +31,7 @@ impl LineAligned {
     /// Blocks from this many bytes start on a line.
     pub const MIN_SIZE: usize = 1024;
     /// The alignment those blocks get: a cache line.
-    pub const LINE: usize = 64;
+    pub const LINE: usize = super::lines::LINE;
 
     /// The layout the system allocator is asked for: `layout` aligned to a line when it is large.
     fn placed(layout: Layout) -> Layout {

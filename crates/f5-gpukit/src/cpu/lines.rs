@@ -8,8 +8,9 @@
 #[repr(C, align(64))]
 struct Line([u8; LINE]);
 
-/// Bytes of a cache line.
-const LINE: usize = 64;
+/// Bytes of a cache line: the alignment of [`LineVec`], of the scratch buffers and of
+/// [`LineAligned`](super::line_alloc::LineAligned)'s large blocks.
+pub(crate) const LINE: usize = 64;
 
 /// Element types a [`LineVec`] may hold: plain numbers, for which every bit pattern (zero
 /// included) is a valid value and whose size divides a line.

@@ -19,6 +19,8 @@ use std::cell::RefCell;
 use std::sync::Mutex;
 use std::thread::LocalKey;
 
+use crate::cpu::lines::LINE;
+
 type Pool<T> = RefCell<Vec<Vec<T>>>;
 
 thread_local! {
@@ -77,9 +79,6 @@ fn with_shared<T: Copy + Default, R>(pool: &Mutex<Vec<Vec<T>>>, len: usize, f: i
     pool.lock().unwrap_or_else(|poison| poison.into_inner()).push(buf);
     result
 }
-
-/// Bytes of a cache line, the alignment of every buffer handed out.
-const LINE: usize = 64;
 
 /// Elements a buffer holds beyond the request, so that a start on a line boundary always fits.
 fn slack<T>() -> usize {
