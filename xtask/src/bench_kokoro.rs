@@ -203,9 +203,9 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     match &onnx {
         Ok(r) => writeln!(
             md,
-            "onnxruntime: kokoro-onnx's `kokoro-v1.0.int8.onnx` (int8 weights and int8 matmuls/convolutions: the model these weights are dequantised from), onnxruntime {} (kokoro-onnx {}'s inputs, session called directly), intra-op threads {}, inter-op 1.",
+            "onnxruntime: kokoro-onnx's `kokoro-v1.0.int8.onnx` (int8 weights and int8 matmuls/convolutions: the model these weights are dequantised from), onnxruntime {} ({}, session called directly), intra-op threads {}, inter-op 1.",
             r["onnxruntime"].as_str().unwrap_or("?"),
-            r["kokoro_onnx"].as_str().unwrap_or("not installed"),
+            onnx_inputs(r["kokoro_onnx"].as_str()),
             o.threads
         )?,
         Err(why) => writeln!(md, "onnxruntime: not measured in this run ({why}).")?,
@@ -316,4 +316,13 @@ fn run_onnx(root: &Path, model_path: &Path, o: &KokoroOpts, cases: &[Value]) -> 
         return Err("its script failed; see the command's output".to_string());
     }
     serde_json::from_slice(&output.stdout).map_err(|e| format!("its output is not JSON: {e}"))
+}
+
+/// Where the onnxruntime side's inputs come from, for the docs: kokoro-onnx's own when the
+/// package is installed (its version named), else the same layout built by the script.
+pub(crate) fn onnx_inputs(kokoro_onnx_version: Option<&str>) -> String {
+    match kokoro_onnx_version {
+        Some(v) => format!("kokoro-onnx {v}'s inputs"),
+        None => "kokoro-onnx's input layout, built by the script (the package is not installed)".to_string(),
+    }
 }

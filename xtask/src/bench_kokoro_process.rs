@@ -80,7 +80,7 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
         eprintln!("onnxruntime side skipped: {why}");
     }
     let config_file = model_dir.join("config.json").to_string_lossy().to_string();
-    let mut onnx_versions = (String::from("?"), String::from("?"));
+    let mut onnx_versions = (String::from("?"), crate::bench_kokoro::onnx_inputs(None));
 
     let busy = machine::wait_idle(0.10, Duration::from_secs(120));
     let mut rows = Vec::new();
@@ -187,7 +187,7 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
                 let (run, json) = measure(cmd, &onnx_out).context("the onnxruntime side (kokoro_onnx.py)")?;
                 onnx_versions = (
                     json["onnxruntime"].as_str().unwrap_or("?").to_string(),
-                    json["kokoro_onnx"].as_str().unwrap_or("not installed").to_string(),
+                    crate::bench_kokoro::onnx_inputs(json["kokoro_onnx"].as_str()),
                 );
                 eprintln!("  onnxruntime: {:.2} s wall, {:.0} MiB", run.wall, run.peak_rss_mib);
                 onnx_runs.push(run);
@@ -213,7 +213,7 @@ pub fn run(root: &Path, o: &ProcessOpts) -> Result<()> {
     match &onnx_side {
         Ok(_) => writeln!(
             md,
-            "onnxruntime: kokoro-onnx's `kokoro-v1.0.int8.onnx` (int8 weights and int8 matmuls/convolutions, the model these weights are dequantised from), onnxruntime {} with kokoro-onnx {}'s inputs, session called directly, intra-op threads {}, inter-op 1.",
+            "onnxruntime: kokoro-onnx's `kokoro-v1.0.int8.onnx` (int8 weights and int8 matmuls/convolutions, the model these weights are dequantised from), onnxruntime {} with {}, session called directly, intra-op threads {}, inter-op 1.",
             onnx_versions.0, onnx_versions.1, o.threads
         )?,
         Err(why) => writeln!(md, "onnxruntime: not measured in this run ({why}).")?,

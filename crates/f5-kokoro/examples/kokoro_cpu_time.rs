@@ -115,16 +115,17 @@ struct Outcome {
     audio: Vec<f32>,
 }
 
-fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+/// The rel-L2 difference, printed; "n/a" where a changed duration made the lengths differ.
+fn rel_l2(got: &[f32], want: &[f32]) -> String {
     if got.len() != want.len() {
-        return f64::NAN;
+        return format!("n/a ({} vs {} values)", got.len(), want.len());
     }
     let (mut num, mut den) = (0.0f64, 0.0f64);
     for (&g, &w) in got.iter().zip(want) {
         num += (g as f64 - w as f64).powi(2);
         den += (w as f64).powi(2);
     }
-    (num / den.max(1e-300)).sqrt()
+    format!("{:.2e}", (num / den.max(1e-300)).sqrt())
 }
 
 /// Times `model` on one input (and prints its stages with `--stages`); returns its outputs.
@@ -215,7 +216,7 @@ fn main() -> AnyResult<()> {
             let aligned = m.aligned_from_host(o32.durations.clone(), &o32.f0, &o32.n, &o32.asr)?;
             let decoded = m.decode(&aligned, &style, 0, &mut Trace::off())?;
             println!(
-                "{name} {p} vs f32: {changed} of {} durations differ; rel-L2 F0 {:.2e}, N {:.2e}, audio {:.2e}; decoder alone: audio {:.2e}",
+                "{name} {p} vs f32: {changed} of {} durations differ; rel-L2 F0 {}, N {}, audio {}; decoder alone: audio {}",
                 o32.durations.len(),
                 rel_l2(&o.f0, &o32.f0),
                 rel_l2(&o.n, &o32.n),
