@@ -51,12 +51,70 @@ pub(crate) fn conv1d_dense(
     bias: Option<&[f32]>,
     y: &mut [f32],
 ) {
-    debug_assert_eq!(spec.groups, 1, "conv1d_dense takes dense convolutions only");
-    let Conv1dSpec { batch, n, c_in, c_out, kernel, .. } = *spec;
+    let Conv1dSpec { batch, n, c_in, c_out, .. } = *spec;
     let n_out = spec.n_out();
     if n_out == 0 || c_out == 0 {
         return;
     }
+    with_packed_filters(cpu, tiles, spec, w, bias, |rows| {
+        for b in 0..batch {
+            rows.run(&x[b * n * c_in..(b + 1) * n * c_in], 0, &mut y[b * n_out * c_out..(b + 1) * n_out * c_out]);
+        }
+    });
+}
+
+/// A dense bf16 convolution whose filters are packed: [`DenseRows::run`] computes any run of
+/// one batch item's output rows, so a caller can place runs of rows where it needs them (the
+/// transposed convolution writes most of its rows straight into its output).
+pub(crate) struct DenseRows<'a> {
+    cpu: Avx512Bf16,
+    tiles: Option<AmxBf16>,
+    spec: &'a Conv1dSpec,
+    packed: &'a [u32],
+    bias: Option<&'a [f32]>,
+    /// Output rows per task.
+    rows_per_block: usize,
+}
+
+impl DenseRows<'_> {
+    /// Output rows `t0..t0 + y.len() / c_out` of the item whose input rows are `xb` (`n·c_in`
+    /// values), in parallel blocks. Each output's sum does not depend on the blocking, so a row
+    /// is the same whichever run computes it.
+    pub(crate) fn run(&self, xb: &[f32], t0: usize, y: &mut [f32]) {
+        let DenseRows { cpu, spec, packed, bias, rows_per_block: rb, .. } = *self;
+        let c_out = spec.c_out;
+        debug_assert!(xb.len() == spec.n * spec.c_in && y.len().is_multiple_of(c_out) && t0 + y.len() / c_out <= spec.n_out());
+        match self.tiles {
+            #[cfg(target_arch = "x86_64")]
+            Some(tiles) => {
+                let convert = |x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32]| convert_rows(cpu, x, c_in, row_len, dst);
+                y.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
+                    amx::conv_block(tiles, convert, spec, xb, packed, bias, t0 + blk * rb, yblk);
+                });
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Some(_) => unreachable!("AMX token off x86-64"),
+            None => y.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
+                conv_block(cpu, spec, xb, packed, bias, t0 + blk * rb, yblk);
+            }),
+        }
+    }
+}
+
+/// Packs the filters `w` (`[c_out, c_in, K]` bf16 bits) of a dense convolution once, into
+/// scratch reused across calls, and runs `body` with them (on the AMX kernel where `tiles` is
+/// given and the convolution [fits](super::conv_bf16_amx::fits) them). `spec` must have been
+/// validated against `w` and `bias`.
+pub(crate) fn with_packed_filters<R>(
+    cpu: Avx512Bf16,
+    tiles: Option<AmxBf16>,
+    spec: &Conv1dSpec,
+    w: &[u16],
+    bias: Option<&[f32]>,
+    body: impl FnOnce(&DenseRows<'_>) -> R,
+) -> R {
+    debug_assert_eq!(spec.groups, 1, "the bf16 convolution takes dense convolutions only");
+    let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
     let tiles = tiles.filter(|_| amx::fits(spec));
     // The tiles read whole 16-pair steps: their panels are padded with zero pairs to that.
     let pairs = if tiles.is_some() { amx::padded_pairs(c_in) } else { c_in.div_ceil(2) };
@@ -65,26 +123,9 @@ pub(crate) fn conv1d_dense(
     with_shared_scratch_u32(panels * panel_len, |packed| {
         packed.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, pairs, panel));
         let packed = &*packed;
-        let rb = rows_per_block(spec, rayon::current_num_threads(), if tiles.is_some() { amx::MR } else { MR });
-        for b in 0..batch {
-            let xb = &x[b * n * c_in..(b + 1) * n * c_in];
-            let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
-            match tiles {
-                #[cfg(target_arch = "x86_64")]
-                Some(tiles) => {
-                    let convert = |x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32]| convert_rows(cpu, x, c_in, row_len, dst);
-                    yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
-                        amx::conv_block(tiles, convert, spec, xb, packed, bias, blk * rb, yblk);
-                    });
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                Some(_) => unreachable!("AMX token off x86-64"),
-                None => yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
-                    conv_block(cpu, spec, xb, packed, bias, blk * rb, yblk);
-                }),
-            }
-        }
-    });
+        let rows_per_block = rows_per_block(spec, rayon::current_num_threads(), if tiles.is_some() { amx::MR } else { MR });
+        body(&DenseRows { cpu, tiles, spec, packed, bias, rows_per_block })
+    })
 }
 
 /// Output rows per task: a multiple of `multiple` (whole tiles) whose input rows fit

@@ -1,20 +1,22 @@
 //! The bf16 dense transposed convolution against a scalar reference of its exact arithmetic
-//! (where the CPU has AVX-512 BF16) and against an f64 transposed convolution with a bound
-//! derived from bf16 rounding (on every machine; the reference stands in for the kernel where the
-//! CPU lacks the feature).
+//! (where the CPU has AVX-512 BF16; on the AVX-512 kernel and, where the CPU has them, the AMX
+//! tiles) and against an f64 transposed convolution with a bound derived from bf16 rounding (on
+//! every machine; the reference stands in for the kernel where the CPU lacks the feature).
 //!
-//! Tolerances (`T` = taps landing on one output, ≤ ⌈K/stride⌉):
-//! - kernel vs exact reference: both form each (input row, tap) contribution as a sum of `c_in`
-//!   exact f32 products (bf16 × bf16 is exact in f32), in different orders, then add the
-//!   contributions to the bias in the same order; each is within `γ_(c_in+T) · Σ|terms|` of the
-//!   exact sum (`γ_n ≈ n·2⁻²⁴`), so they differ by at most twice that.
+//! Tolerances (`T` = taps landing on one output, ≤ `J` = ⌈K/stride⌉):
+//! - kernel vs exact reference: both sum the same f32 products (bf16 × bf16 is exact in f32)
+//!   and the bias, in different orders: the kernel at most `J·c_in` products then the bias, the
+//!   reference each tap's `c_in` products then the taps onto the bias. Each is within
+//!   `γ_n · Σ|terms|` of the exact sum for its chain length `n` (`γ_n ≈ n·2⁻²⁴`), so they differ
+//!   by at most the sum of the two.
 //! - reference vs f64: rounding each operand to bf16 changes a product by at most
-//!   `(1 + 2⁻⁸)² − 1 < 2⁻⁷ + 2⁻¹⁶` relative, plus the f32 summation bound above.
+//!   `(1 + 2⁻⁸)² − 1 < 2⁻⁷ + 2⁻¹⁶` relative, plus the kernel's f32 summation bound.
 //!
 //! Wrong variants (weights left unrounded, inputs left unrounded, contributions landing one
 //! output row late) are run through the same checks and must fail them.
 
-use super::conv_transpose::conv_transpose1d_chunked;
+use super::conv_bf16_amx::AmxBf16;
+use super::conv_transpose::conv_transpose1d_dense;
 use crate::cpu::bf16::gemm::{from_bf16, to_bf16, Avx512Bf16};
 use crate::cpu::bf16::CpuBf16Backend;
 use crate::spec::ConvTranspose1dSpec;
@@ -106,9 +108,15 @@ fn violations(got: &[f32], want: &[f64], mag: &[f64], rel: f64) -> usize {
     got.iter().zip(want).zip(mag).filter(|((&g, &w), &m)| (g as f64 - w).abs() > rel * m + 1e-30).count()
 }
 
-/// f32 summation bound for one output: `c_in` products per tap, `⌈K/stride⌉` taps and a bias.
-fn f32_sum_bound(spec: &ConvTranspose1dSpec) -> f64 {
+/// The reference's f32 summation bound for one output: `c_in` products per tap, then
+/// `⌈K/stride⌉` taps added onto the bias.
+fn reference_sum_bound(spec: &ConvTranspose1dSpec) -> f64 {
     (spec.c_in + spec.kernel.div_ceil(spec.stride) + 2) as f64 * 2f64.powi(-24)
+}
+
+/// The kernel's: one chain of at most `⌈K/stride⌉·c_in` products, then the bias.
+fn kernel_sum_bound(spec: &ConvTranspose1dSpec) -> f64 {
+    (spec.kernel.div_ceil(spec.stride) * spec.c_in + 2) as f64 * 2f64.powi(-24)
 }
 
 /// Shapes: Kokoro's upsamplers scaled down (k20 s10 p5, k12 s6 p3), batch 2, output padding,
@@ -124,6 +132,8 @@ fn shapes() -> Vec<ConvTranspose1dSpec> {
         ConvTranspose1dSpec::new(1, 7, 6, 5, 2, 3).output_padding(2),
         ConvTranspose1dSpec::new(1, 25, 301, 9, 5, 2).pad(2),
         ConvTranspose1dSpec::new(1, 1, 4, 3, 5, 2).pad(1),
+        ConvTranspose1dSpec::new(1, 40, 64, 40, 12, 6).pad(3),
+        ConvTranspose1dSpec::new(1, 6, 8, 4, 3, 2).pad(4),
     ]
 }
 
@@ -148,45 +158,51 @@ fn kernel_available(test: &str) -> Option<Avx512Bf16> {
     }
 }
 
-/// The kernel on a private pool of `threads`, `chunk_rows` input rows per GEMM.
+/// The kernels to check: the AVX-512 one, and the AMX tiles where the CPU has them.
+fn kernels() -> Vec<Option<AmxBf16>> {
+    std::iter::once(None).chain(AmxBf16::detect().ok().map(Some)).collect()
+}
+
+/// The kernel (on the tiles where `tiles` is given) on a private pool of `threads`.
 fn run_kernel(
     cpu: Avx512Bf16,
+    tiles: Option<AmxBf16>,
     spec: &ConvTranspose1dSpec,
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
     threads: usize,
-    chunk_rows: usize,
 ) -> Vec<f32> {
     let wb: Vec<u16> = w.iter().map(|&v| to_bf16(v)).collect();
     let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
-    let chunk_values = chunk_rows * spec.kernel * spec.c_out;
-    pool.install(|| conv_transpose1d_chunked(cpu, spec, x, &wb, bias, &mut y, &mut Vec::new(), chunk_values)).expect("kernel");
+    pool.install(|| conv_transpose1d_dense(cpu, tiles, spec, x, &wb, bias, &mut y));
     y
 }
 
 #[test]
 fn kernel_matches_the_exact_reference_and_wrong_variants_do_not() {
     let Some(cpu) = kernel_available("bf16 conv_transpose1d vs exact reference") else { return };
-    for (i, spec) in shapes().into_iter().enumerate() {
-        let (x, w, bias) = data(&spec, 0x7a5e + i as u64);
-        let rel = 2.0 * f32_sum_bound(&spec);
-        // One chunk, and chunks of 1 and 4 input rows (contributions split across GEMMs).
-        for (threads, chunk_rows) in [(1, usize::MAX / (spec.kernel * spec.c_out)), (3, 1), (2, 4)] {
-            for bias in [Some(&bias[..]), None] {
-                let got = run_kernel(cpu, &spec, &x, &w, bias, threads, chunk_rows);
-                let (want, mag) = reference(&spec, &x, &w, bias, Variant::Exact);
-                let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
-                let bad = violations(&got, &want, &mag, rel);
-                assert_eq!(bad, 0, "{spec:?} threads {threads} chunk {chunk_rows}: {bad} outputs off the exact reference");
+    for tiles in kernels() {
+        println!("AMX tiles: {}", tiles.is_some());
+        for (i, spec) in shapes().into_iter().enumerate() {
+            let (x, w, bias) = data(&spec, 0x7a5e + i as u64);
+            let rel = reference_sum_bound(&spec) + kernel_sum_bound(&spec);
+            for threads in [1, 3] {
+                for bias in [Some(&bias[..]), None] {
+                    let got = run_kernel(cpu, tiles, &spec, &x, &w, bias, threads);
+                    let (want, mag) = reference(&spec, &x, &w, bias, Variant::Exact);
+                    let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+                    let bad = violations(&got, &want, &mag, rel);
+                    assert_eq!(bad, 0, "{spec:?} AMX {} threads {threads}: {bad} outputs off the exact reference", tiles.is_some());
+                }
             }
-        }
-        let got = run_kernel(cpu, &spec, &x, &w, Some(&bias), 2, 3);
-        for wrong in [Variant::UnroundedWeights, Variant::UnroundedInputs, Variant::LandsOneLate] {
-            let (want, mag) = reference(&spec, &x, &w, Some(&bias), wrong);
-            let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
-            assert!(violations(&got, &want, &mag, rel) > 0, "{spec:?}: the {wrong:?} variant passed the exact check");
+            let got = run_kernel(cpu, tiles, &spec, &x, &w, Some(&bias), 2);
+            for wrong in [Variant::UnroundedWeights, Variant::UnroundedInputs, Variant::LandsOneLate] {
+                let (want, mag) = reference(&spec, &x, &w, Some(&bias), wrong);
+                let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+                assert!(violations(&got, &want, &mag, rel) > 0, "{spec:?}: the {wrong:?} variant passed the exact check");
+            }
         }
     }
 }
@@ -198,9 +214,9 @@ fn bf16_conv_transpose_is_within_the_bf16_bound_of_the_f64_one() {
         let (x, w, bias) = data(&spec, 0xf640 + i as u64);
         let want = conv_transpose_f64(&spec, &x, &w, Some(&bias));
         let (reference_y, mag) = reference(&spec, &x, &w, Some(&bias), Variant::Exact);
-        let rel = 2f64.powi(-7) + 2f64.powi(-16) + f32_sum_bound(&spec);
+        let rel = 2f64.powi(-7) + 2f64.powi(-16) + kernel_sum_bound(&spec).max(reference_sum_bound(&spec));
         let got = match cpu {
-            Some(cpu) => run_kernel(cpu, &spec, &x, &w, Some(&bias), 2, 5),
+            Some(cpu) => run_kernel(cpu, AmxBf16::detect().ok(), &spec, &x, &w, Some(&bias), 2),
             None => reference_y,
         };
         let bad = violations(&got, &want, &mag, rel);
@@ -216,7 +232,7 @@ fn backend_runs_dense_bf16_filters_on_the_kernel_and_grouped_ones_in_f32() {
     let Some(cpu) = kernel_available("bf16 backend conv_transpose1d") else { return };
     let bf16 = CpuBf16Backend::with_threads(2).expect("bf16 backend").with_bf16_dot_products(true);
     let f32k = CpuBackend::with_threads(2).expect("f32 backend");
-    // Dense: the backend gives what the kernel gives (one chunk at these sizes).
+    // Dense: the backend gives what the kernel gives (on the tiles where the CPU has them).
     let spec = ConvTranspose1dSpec::new(2, 21, 12, 10, 12, 6).pad(3);
     let (x, w, bias) = data(&spec, 7);
     let n_y = spec.batch * spec.n_out() * spec.c_out;
@@ -224,7 +240,7 @@ fn backend_runs_dense_bf16_filters_on_the_kernel_and_grouped_ones_in_f32() {
     assert!(wb.is_bf16());
     let mut yb = bf16.alloc(n_y).unwrap();
     bf16.conv_transpose1d(&spec, &xb, &wb, Some(&bb), &mut yb).unwrap();
-    let want = run_kernel(cpu, &spec, &x, &w, Some(&bias), 2, usize::MAX / (spec.kernel * spec.c_out));
+    let want = run_kernel(cpu, AmxBf16::detect().ok(), &spec, &x, &w, Some(&bias), 2);
     assert_eq!(bf16.download(&yb).unwrap(), want);
     // Depthwise (the AdaIN blocks' pool): the f32 transposed conv of the bf16-rounded filters.
     let spec = ConvTranspose1dSpec::new(1, 15, 8, 8, 3, 2).pad(1).output_padding(1).groups(8);

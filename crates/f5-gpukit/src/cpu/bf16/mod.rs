@@ -7,7 +7,7 @@
 //! ([`attention`]: q, k, v and the softmax weights rounded to bf16, exact f32 softmax); a dense
 //! `conv1d` with a bf16 filter bank runs on a tile kernel of the same arithmetic that reads the
 //! taps straight from a bf16 copy of the input ([`conv`]), and a dense `conv_transpose1d` runs
-//! its GEMM on the GEMM kernel ([`conv_transpose`]).
+//! as one such convolution over its output phases ([`conv_transpose`]).
 //! Everything else is the f32 [`CpuBackend`], which this type wraps: its buffers are the same
 //! `Vec<f32>`, its thread pool is the same pool.
 //!
@@ -727,9 +727,10 @@ impl Backend for CpuBf16Backend {
         self.f32.polar_spectrum(h.f32(op)?, frames, bins, mag_max, re.f32_mut(op)?, im.f32_mut(op)?)
     }
 
-    /// With a bf16 filter bank, a dense transposed convolution (`groups == 1`) runs its GEMM on
-    /// the bf16 kernel (its `conv_transpose` module: the inputs rounded to bf16 as they are packed,
-    /// f32 sums, f32 col2im and output); a grouped or depthwise one, and every one where the
+    /// With a bf16 filter bank, a dense transposed convolution (`groups == 1`) runs on the bf16
+    /// convolution kernel, its output phases as one convolution's channels (the
+    /// `conv_transpose` module: the inputs rounded to bf16 as they are converted, f32 sums and
+    /// output; the AMX tiles where the CPU has them); a grouped or depthwise one, and every one where the
     /// bf16 dot products do not pay, runs in f32 on the filters widened from bf16 (into scratch
     /// memory, per call). With f32 filters, the f32 transposed convolution.
     fn conv_transpose1d(
@@ -752,10 +753,8 @@ impl Backend for CpuBf16Backend {
                 spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
                 let bias = bias.map(|b| b.as_slice());
                 if let Some(cpu) = self.bf16_dot.filter(|_| spec.groups == 1) {
-                    self.f32.run(|| match self.packed_b.try_lock() {
-                        Ok(mut scratch) => conv_transpose::conv_transpose1d_dense(cpu, spec, x, w, bias, y, &mut scratch),
-                        Err(_) => conv_transpose::conv_transpose1d_dense(cpu, spec, x, w, bias, y, &mut Vec::new()),
-                    })
+                    self.f32.run(|| conv_transpose::conv_transpose1d_dense(cpu, self.amx_bf16, spec, x, w, bias, y));
+                    Ok(())
                 } else {
                     self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv_transpose1d(spec, x, wide, bias, y)));
                     Ok(())
