@@ -127,6 +127,21 @@ pub(crate) fn snake(rows: usize, c: usize, x: usize, alpha: usize) -> Result<usi
     Ok(total)
 }
 
+/// `instance_norm_snake_conv1d`: the convolution reads the norm's rows (same batch, rows and
+/// channels).
+pub(crate) fn norm_then_conv(norm: &crate::spec::InstanceNormSpec, conv: &crate::spec::Conv1dSpec) -> Result<()> {
+    if (conv.batch, conv.n, conv.c_in) == (norm.batch, norm.n, norm.c) {
+        return Ok(());
+    }
+    Err(shape_err(
+        "instance_norm_snake_conv1d",
+        format!(
+            "the norm is over {}×{}×{} and the convolution reads {}×{}×{} (batch × rows × channels)",
+            norm.batch, norm.n, norm.c, conv.batch, conv.n, conv.c_in
+        ),
+    ))
+}
+
 /// Returns the output element count.
 pub(crate) fn upsample_nearest(batch: usize, n: usize, c: usize, factor: usize, x: usize, out: usize) -> Result<usize> {
     let op = "upsample_nearest";

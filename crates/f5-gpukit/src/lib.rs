@@ -385,6 +385,32 @@ pub trait Backend: Send + Sync {
         self.snake(out, spec.batch * spec.n, spec.c, alpha)
     }
 
+    /// [`Backend::instance_norm_snake`] of `x` into `t`, then [`Backend::conv1d`] of `t` into
+    /// `y`: AdaIN + Snake + convolution, the unit Kokoro's generator repeats. `norm` and `conv`
+    /// must agree on the batch, the rows and the channels (`norm.c == conv.c_in`). `t` must hold
+    /// `[batch, n, c]`; it is scratch, and what it holds afterwards is unspecified: a backend may
+    /// never write it. The CPU int8 mode doesn't: it normalises, snakes and quantises each row
+    /// as the convolution reads it, so the normalised rows never go through memory, with the
+    /// same result as the two ops. The default runs the two ops through `t`.
+    #[allow(clippy::too_many_arguments)]
+    fn instance_norm_snake_conv1d(
+        &self,
+        norm: &InstanceNormSpec,
+        x: &Self::Buf,
+        affine: Option<(&Self::Buf, &Self::Buf)>,
+        style: Option<&Self::Buf>,
+        alpha: &Self::Buf,
+        conv: &Conv1dSpec,
+        weight: &Self::Buf,
+        bias: Option<&Self::Buf>,
+        t: &mut Self::Buf,
+        y: &mut Self::Buf,
+    ) -> Result<()> {
+        check::norm_then_conv(norm, conv)?;
+        self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
+        self.conv1d(conv, t, weight, bias, y)
+    }
+
     /// Nearest-neighbour upsampling along the rows: `[batch, n, c]` → `[batch, n·factor, c]`,
     /// every row repeated `factor` times.
     #[allow(clippy::too_many_arguments)]

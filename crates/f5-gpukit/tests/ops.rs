@@ -1001,6 +1001,47 @@ pub fn instance_norm_snake<B: Backend>(kit: &B) {
     }
 }
 
+/// AdaIN + Snake + convolution in one call equals `instance_norm_snake` then `conv1d`, bit for
+/// bit (whatever the backend does with the scratch: it may never write it), with f32 filters
+/// and with GEMM-weight filters (`upload_weight`: reduced precision where a backend keeps
+/// them so), and it refuses a convolution over other rows than the norm's.
+pub fn instance_norm_snake_conv1d<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(31);
+    for &(batch, n, c, c_out, k, dil) in &[(1usize, 9usize, 3usize, 5usize, 3usize, 1usize), (2, 40, 16, 12, 5, 3)] {
+        let x: Vec<f32> = rng.vec(batch * n * c).iter().enumerate().map(|(i, v)| v * 3.0 + (i % c) as f32).collect();
+        let style = rng.vec(batch * 2 * c);
+        let alpha: Vec<f32> = rng.vec(c).iter().map(|v| 1.0 + 0.7 * v).collect();
+        let (w, bias) = (rng.vec(c_out * c * k), rng.vec(c_out));
+        let (xb, sb, ab, bb) =
+            (kit.upload(&x).unwrap(), kit.upload(&style).unwrap(), kit.upload(&alpha).unwrap(), kit.upload(&bias).unwrap());
+        let norm = InstanceNormSpec { batch, n, c, eps: 1e-5 };
+        let conv = Conv1dSpec::new(batch, n, c, c_out, k).dilation(dil).pad(dil * (k - 1) / 2);
+        let (len, n_y) = (batch * n * c, batch * conv.n_out() * c_out);
+        for wb in [kit.upload(&w).unwrap(), kit.upload_weight(&w).unwrap()] {
+            let (mut t, mut apart) = (kit.alloc(len).unwrap(), kit.alloc(n_y).unwrap());
+            kit.instance_norm_snake(&norm, &xb, None, Some(&sb), &ab, &mut t).unwrap();
+            kit.conv1d(&conv, &t, &wb, Some(&bb), &mut apart).unwrap();
+            let mut scratch = kit.alloc(len).unwrap();
+            let mut fused = guarded(kit, &vec![0.0; n_y]);
+            kit.instance_norm_snake_conv1d(&norm, &xb, None, Some(&sb), &ab, &conv, &wb, Some(&bb), &mut scratch, &mut fused).unwrap();
+            let (apart, fused) = (kit.download(&apart).unwrap(), take(kit, &fused, n_y, "instance_norm_snake_conv1d"));
+            let differ = apart.iter().zip(&fused).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(
+                differ, 0,
+                "instance_norm_snake_conv1d {batch}×{n}×{c} → {c_out} k{k} d{dil}: {differ} values differ from the two ops"
+            );
+        }
+        let other = Conv1dSpec { n: n + 1, ..conv };
+        let (mut t, mut y) = (kit.alloc(len + c).unwrap(), kit.alloc(batch * other.n_out() * c_out).unwrap());
+        let wb = kit.upload(&w).unwrap();
+        assert!(
+            kit.instance_norm_snake_conv1d(&norm, &xb, None, Some(&sb), &ab, &other, &wb, Some(&bb), &mut t, &mut y).is_err(),
+            "a convolution over {} rows after a norm over {n} must be refused",
+            n + 1
+        );
+    }
+}
+
 pub fn snake<B: Backend>(kit: &B) {
     let mut rng = Rng::new(24);
     let (rows, c) = (37, 21);
@@ -1323,7 +1364,7 @@ macro_rules! backend_suite {
             }
             backend_suite!(@tests gemm, layer_norm, adaln_modulate, gated_add, grn, split_heads_rope,
                 merge_heads, conv1d, activations, cfg_combine, axpy, mask_rows, concat_features, embedding,
-                polar_spectrum, conv_transpose1d, lstm, instance_norm, instance_norm_snake, snake, upsample_nearest, interpolate_linear,
+                polar_spectrum, conv_transpose1d, lstm, instance_norm, instance_norm_snake, instance_norm_snake_conv1d, snake, upsample_nearest, interpolate_linear,
                 pad1d, cumsum, stft, istft, on_host_threads, buffers, refuses_short_buffers);
         }
     };

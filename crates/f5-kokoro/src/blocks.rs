@@ -58,6 +58,30 @@ impl<B: Backend> AdaIn<B> {
         kit.instance_norm_snake(&spec, x, self.affine.as_ref().map(|(w, b)| (w, b)), Some(&h), alpha, out)?;
         Ok(())
     }
+
+    /// [`AdaIn::apply_snake`] into `t`, then `conv` of that into `y`, in one kit op
+    /// ([`Backend::instance_norm_snake_conv1d`]): the CPU int8 mode normalises and snakes each
+    /// row as the convolution reads it and never writes `t` (scratch of `n·c`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply_snake_conv(
+        &self,
+        kit: &B,
+        x: &B::Buf,
+        n: usize,
+        style: &B::Buf,
+        alpha: &B::Buf,
+        conv: &Conv1d<B>,
+        t: &mut B::Buf,
+        y: &mut B::Buf,
+    ) -> Result<()> {
+        let mut h = kit.alloc(2 * self.c)?;
+        self.fc.apply(kit, style, 1, &mut h)?;
+        let norm = InstanceNormSpec { batch: 1, n, c: self.c, eps: NORM_EPS };
+        let spec = Conv1dSpec { batch: 1, n, ..conv.spec };
+        let affine = self.affine.as_ref().map(|(w, b)| (w, b));
+        kit.instance_norm_snake_conv1d(&norm, x, affine, Some(&h), alpha, &spec, &conv.weight, conv.bias.as_ref(), t, y)?;
+        Ok(())
+    }
 }
 
 /// AdaLayerNorm: LayerNorm without affine, then `(1 + γ)·x + β` with `[γ, β] = fc(style)`.
@@ -248,8 +272,9 @@ impl<B: Backend> AdaInResBlock1<B> {
     pub(crate) fn apply_in_place(&self, kit: &B, x: &mut B::Buf, n: usize, style: &B::Buf, t: &mut B::Buf, u: &mut B::Buf) -> Result<()> {
         let c = self.c;
         for j in 0..self.convs1.len() {
-            self.adain1[j].apply_snake(kit, x, n, style, &self.alpha1[j], t)?;
-            self.convs1[j].apply(kit, t, 1, n, u)?;
+            // The first AdaIN + Snake + conv fused (`t` scratch, `u` out); the second can't be
+            // without a fourth buffer (its input `u` must differ from its scratch and output).
+            self.adain1[j].apply_snake_conv(kit, x, n, style, &self.alpha1[j], &self.convs1[j], t, u)?;
             self.adain2[j].apply_snake(kit, u, n, style, &self.alpha2[j], t)?;
             self.convs2[j].apply(kit, t, 1, n, u)?;
             kit.axpy(1.0, u, x, n * c)?;

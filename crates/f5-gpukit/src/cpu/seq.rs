@@ -107,20 +107,50 @@ pub fn instance_norm(
     snake: Option<SnakeAfter<'_>>,
     out: &mut [f32],
 ) {
-    let InstanceNormSpec { batch, n, c, eps } = *spec;
+    let InstanceNormSpec { batch, n, c, .. } = *spec;
     if n == 0 || c == 0 {
         return;
     }
-    // 1/α once, as the separate Snake pass computes it.
-    let snake = snake.map(|(alpha, row)| (&alpha[..c], alpha[..c].iter().map(|&a| 1.0 / a).collect::<Vec<f32>>(), row));
     for b in 0..batch {
         let xb = &x[b * n * c..(b + 1) * n * c];
-        // Per-channel statistics in f64 (`channel_stats`: two passes per cached block, the
-        // blocks merged in order).
+        let rows = RowNorm::of(spec, b, xb, affine, style, snake);
+        let ob = &mut out[b * n * c..(b + 1) * n * c];
+        ob.par_chunks_mut(c * 16).zip(xb.par_chunks(c * 16)).for_each(|(o, xi)| {
+            for (orow, xrow) in o.chunks_mut(c).zip(xi.chunks(c)) {
+                rows.row(xrow, orow);
+            }
+        });
+    }
+}
+
+/// One batch item's instance norm (with AdaIN's style, and Snake when given) as a function of
+/// each row alone, once the item's statistics are known: [`instance_norm`] applies it to every
+/// row, and a consumer that reads the rows anyway (the int8 convolution, which quantises each
+/// row as it reads it) can apply it there instead, to the same bits, without the normalised
+/// rows ever going through memory.
+pub(crate) struct RowNorm<'a> {
+    mean: Vec<f32>,
+    scale: Vec<f32>,
+    shift: Vec<f32>,
+    /// `(α, 1/α, the Snake row function)`.
+    snake: Option<(&'a [f32], Vec<f32>, SnakeRow)>,
+}
+
+impl<'a> RowNorm<'a> {
+    /// Item `b` of `spec`, whose rows are `xb` (`n·c` values): per-channel statistics in f64
+    /// (`channel_stats`: two passes per cached block, the blocks merged in order), then
+    /// `y = (x − mean)·a + d` per channel, folding normalisation, affine and style into one
+    /// scale and shift; the mean is subtracted first, so a large offset cancels exactly.
+    pub(crate) fn of(
+        spec: &InstanceNormSpec,
+        b: usize,
+        xb: &[f32],
+        affine: Option<(&[f32], &[f32])>,
+        style: Option<&[f32]>,
+        snake: Option<SnakeAfter<'a>>,
+    ) -> Self {
+        let InstanceNormSpec { n, c, eps, .. } = *spec;
         let (mean, var) = channel_stats(xb, c);
-        // y = (x − mean)·a + d per channel, folding normalisation, affine and style into one
-        // scale and shift; the mean is subtracted first, so a large offset cancels exactly.
-        let mean32: Vec<f32> = mean.iter().map(|&m| m as f32).collect();
         let mut scale = vec![0.0f32; c];
         let mut shift = vec![0.0f32; c];
         for j in 0..c {
@@ -130,15 +160,17 @@ pub fn instance_norm(
             scale[j] = ((1.0 + gamma) * w * rstd) as f32;
             shift[j] = ((1.0 + gamma) * bias + beta) as f32;
         }
-        let ob = &mut out[b * n * c..(b + 1) * n * c];
-        ob.par_chunks_mut(c * 16).zip(xb.par_chunks(c * 16)).for_each(|(o, xi)| {
-            for (orow, xrow) in o.chunks_mut(c).zip(xi.chunks(c)) {
-                simd::normalize_row(orow, xrow, &mean32, &scale, &shift);
-                if let Some((alpha, inv_alpha, row)) = &snake {
-                    row(orow, alpha, inv_alpha);
-                }
-            }
-        });
+        // 1/α once, as the separate Snake pass computes it.
+        let snake = snake.map(|(alpha, row)| (&alpha[..c], alpha[..c].iter().map(|&a| 1.0 / a).collect(), row));
+        RowNorm { mean: mean.iter().map(|&m| m as f32).collect(), scale, shift, snake }
+    }
+
+    /// The normalised (and snaked) row `out` of the input row `x` (`c` values each).
+    pub(crate) fn row(&self, x: &[f32], out: &mut [f32]) {
+        simd::normalize_row(out, x, &self.mean, &self.scale, &self.shift);
+        if let Some((alpha, inv_alpha, row)) = &self.snake {
+            row(out, alpha, inv_alpha);
+        }
     }
 }
 

@@ -205,35 +205,55 @@ impl PackedFilters {
     }
 }
 
+/// A function each input row goes through before it is quantised: `(row, out)`, `c_in` values
+/// each. The fused AdaIN + Snake + convolution passes the instance norm here
+/// ([`crate::cpu::seq::RowNorm::row`]), so the normalised rows exist only a row at a time.
+pub(crate) type RowPrep<'a> = &'a (dyn Fn(&[f32], &mut [f32]) + Sync);
+
 /// `y = conv(x, w) + bias` for a dense convolution with the packed int8 filters `w`, computed as
 /// the module docs say. `spec` must have been validated against the operands, [`supports`] it,
 /// and `w` must [fit](PackedFilters::fits) it.
 pub(crate) fn conv1d_dense(cpu: Avx512Vnni, spec: &Conv1dSpec, x: &[f32], w: &PackedFilters, bias: Option<&[f32]>, y: &mut [f32]) {
-    debug_assert!(supports(spec) && w.fits(spec), "conv_int8::conv1d_dense: filters packed for another shape");
     let Conv1dSpec { batch, n, c_in, c_out, .. } = *spec;
     let n_out = spec.n_out();
-    if n_out == 0 || c_out == 0 {
+    for b in 0..batch {
+        conv1d_item(cpu, spec, &x[b * n * c_in..(b + 1) * n * c_in], w, bias, None, &mut y[b * n_out * c_out..(b + 1) * n_out * c_out]);
+    }
+}
+
+/// One batch item of [`conv1d_dense`]: `yb = conv(prep(xb)) + bias`, where `prep` (when given)
+/// maps each input row before it is quantised, as the blocks read it (rows two blocks read
+/// are mapped by both, to the same values).
+pub(crate) fn conv1d_item(
+    cpu: Avx512Vnni,
+    spec: &Conv1dSpec,
+    xb: &[f32],
+    w: &PackedFilters,
+    bias: Option<&[f32]>,
+    prep: Option<RowPrep<'_>>,
+    yb: &mut [f32],
+) {
+    debug_assert!(supports(spec) && w.fits(spec), "conv_int8::conv1d_item: filters packed for another shape");
+    let c_out = spec.c_out;
+    if spec.n_out() == 0 || c_out == 0 {
         return;
     }
     let tiles = cpu.amx.filter(|_| amx::fits(spec));
     let rb = rows_per_block(spec, rayon::current_num_threads(), if tiles.is_some() { amx::MR } else { 2 * MR });
-    let convert =
-        |x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32], steps: &mut [f32]| convert_rows(cpu, x, c_in, row_len, dst, steps);
-    for b in 0..batch {
-        let xb = &x[b * n * c_in..(b + 1) * n * c_in];
-        let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
-        match tiles {
-            #[cfg(target_arch = "x86_64")]
-            Some(tiles) => {
-                let filters = amx::Filters::of(w);
-                yb.par_chunks_mut(rb * c_out)
-                    .enumerate()
-                    .for_each(|(blk, yblk)| amx::conv_block(tiles, convert, spec, xb, &filters, bias, blk * rb, yblk));
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            Some(_) => unreachable!("AMX token off x86-64"),
-            None => yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| conv_block(cpu, spec, xb, w, bias, blk * rb, yblk)),
+    match tiles {
+        #[cfg(target_arch = "x86_64")]
+        Some(tiles) => {
+            let convert = |x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32], steps: &mut [f32]| {
+                convert_rows(cpu, x, c_in, row_len, dst, steps, prep)
+            };
+            let filters = amx::Filters::of(w);
+            yb.par_chunks_mut(rb * c_out)
+                .enumerate()
+                .for_each(|(blk, yblk)| amx::conv_block(tiles, convert, spec, xb, &filters, bias, blk * rb, yblk));
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        Some(_) => unreachable!("AMX token off x86-64"),
+        None => yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| conv_block(cpu, spec, xb, w, bias, prep, blk * rb, yblk)),
     }
 }
 
@@ -287,7 +307,17 @@ fn pack_filters(spec: &Conv1dSpec, w: &[u16], j0: usize, panel: &mut [u32], sums
 /// read (each with its own scale), tabulates each tile's source rows and their scales, and runs
 /// the tile kernel over every pair of filter panels (outer), group of taps (middle: a group's
 /// filters stay in L1) and tile (inner).
-fn conv_block(cpu: Avx512Vnni, spec: &Conv1dSpec, xb: &[f32], w: &PackedFilters, bias: Option<&[f32]>, t0: usize, yblk: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+fn conv_block(
+    cpu: Avx512Vnni,
+    spec: &Conv1dSpec,
+    xb: &[f32],
+    w: &PackedFilters,
+    bias: Option<&[f32]>,
+    prep: Option<RowPrep<'_>>,
+    t0: usize,
+    yblk: &mut [f32],
+) {
     let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
     let rows = yblk.len() / c_out;
     let tiles = rows.div_ceil(MR);
@@ -299,7 +329,7 @@ fn conv_block(cpu: Avx512Vnni, spec: &Conv1dSpec, xb: &[f32], w: &PackedFilters,
     with_scratch_u32(zero_row + row_len, |xq| {
         // The converted rows' steps, then the zero row's (0: it adds nothing).
         with_scratch(hi - lo + 1, |row_steps| {
-            convert_rows(cpu, &xb[lo * c_in..hi * c_in], c_in, row_len, &mut xq[..zero_row], &mut row_steps[..hi - lo]);
+            convert_rows(cpu, &xb[lo * c_in..hi * c_in], c_in, row_len, &mut xq[..zero_row], &mut row_steps[..hi - lo], prep);
             xq[zero_row..].fill(ZERO_QUAD);
             row_steps[hi - lo] = 0.0;
             let xq = &*xq;
@@ -377,8 +407,9 @@ struct Columns<'a> {
 /// Quantises the rows `x` (`c_in` values each), each with its own step: row `i` of `dst` (a
 /// stride of `row_len` dwords) starts with `⌈c_in/4⌉` dwords of bytes `q_x + 128`, the bytes past
 /// `c_in` being 128 (a zero activation), and `steps[i]` is its step; the rest of the stride is
-/// left as it was.
-fn convert_rows(cpu: Avx512Vnni, x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32], steps: &mut [f32]) {
+/// left as it was. With `prep`, each row is first mapped by it (into an L1-sized scratch row)
+/// and the mapped row is what is quantised.
+fn convert_rows(cpu: Avx512Vnni, x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32], steps: &mut [f32], prep: Option<RowPrep<'_>>) {
     if c_in == 0 {
         return;
     }
@@ -388,7 +419,7 @@ fn convert_rows(cpu: Avx512Vnni, x: &[f32], c_in: usize, row_len: usize, dst: &m
         row_len >= quads && dst.len() == rows * row_len && x.len() == rows * c_in && steps.len() == rows,
         "converted rows do not match their source"
     );
-    for ((row, out), step) in x.chunks_exact(c_in).zip(dst.chunks_exact_mut(row_len)).zip(steps.iter_mut()) {
+    let convert = |row: &[f32], out: &mut [u32], step: &mut f32| {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `cpu` proves AVX-512 F; `row` holds `c_in` floats and `out` at least `quads`
         // dwords (checked above).
@@ -403,6 +434,16 @@ fn convert_rows(cpu: Avx512Vnni, x: &[f32], c_in: usize, row_len: usize, dst: &m
             let _ = (cpu, row, out, step);
             unreachable!("AVX-512 VNNI token off x86-64")
         }
+    };
+    let rows = x.chunks_exact(c_in).zip(dst.chunks_exact_mut(row_len)).zip(steps.iter_mut());
+    match prep {
+        None => rows.for_each(|((row, out), step)| convert(row, out, step)),
+        Some(prep) => with_scratch(c_in, |mapped| {
+            for ((row, out), step) in rows {
+                prep(row, mapped);
+                convert(mapped, out, step);
+            }
+        }),
     }
 }
 

@@ -358,3 +358,71 @@ fn filters_held_only_in_int8_compute_as_the_kept_bank_read_back_dequantised_and_
     let bf16 = CpuBf16Backend::with_threads(2).expect("bf16 backend");
     assert!(bf16.upload_conv_filters_int8(&w, &spec).unwrap().is_bf16());
 }
+
+/// Deterministic values in `[lo, hi)`.
+fn spread(len: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect()
+}
+
+#[test]
+fn fused_adain_snake_conv_gives_the_two_ops_bits_and_the_int8_mode_never_writes_the_scratch() {
+    use crate::spec::InstanceNormSpec;
+    let Some(_) = kernel_available("fused instance_norm_snake_conv1d") else { return };
+    // Two items, 64 channels (whole AMX int8 tiles) with an offset per channel, so that the
+    // norm matters; a dilated k5 'same' conv.
+    let norm = InstanceNormSpec { batch: 2, n: 70, c: 64, eps: 1e-5 };
+    let conv = Conv1dSpec::new(2, 70, 64, 48, 5).dilation(3).pad(6);
+    let x: Vec<f32> = spread(2 * 70 * 64, 1, -1.0, 1.0).iter().enumerate().map(|(i, v)| v * 3.0 + (i % 64) as f32 * 0.1).collect();
+    let style = spread(2 * 2 * 64, 2, -0.5, 0.5);
+    let alpha = spread(64, 3, 0.2, 2.0);
+    let (w, bias) = (spread(48 * 64 * 5, 4, -0.1, 0.1), spread(48, 5, -0.1, 0.1));
+    let (n_t, n_y) = (2 * 70 * 64, 2 * conv.n_out() * 48);
+    let base = CpuBf16Backend::with_int8_convs(2).expect("int8 backend");
+    for kit in [base.clone(), base.without_amx()] {
+        let (xb, sb, ab, bb) =
+            (kit.upload(&x).unwrap(), kit.upload(&style).unwrap(), kit.upload(&alpha).unwrap(), kit.upload(&bias).unwrap());
+        let affine = (kit.upload(&spread(64, 6, 0.5, 1.5)).unwrap(), kit.upload(&spread(64, 7, -0.2, 0.2)).unwrap());
+        let weights = [kit.upload_weight_int8(&w).unwrap(), kit.upload_conv_filters_int8(&w, &conv).unwrap()];
+        for (wb, affine) in weights.iter().zip([None, Some((&affine.0, &affine.1))]) {
+            // The two ops.
+            let (mut t2, mut y2) = (kit.alloc(n_t).unwrap(), kit.alloc(n_y).unwrap());
+            kit.instance_norm_snake(&norm, &xb, affine, Some(&sb), &ab, &mut t2).unwrap();
+            kit.conv1d(&conv, &t2, wb, Some(&bb), &mut y2).unwrap();
+            // Fused: the same bits, and the scratch untouched.
+            let mut t = kit.upload(&vec![f32::NAN; n_t]).unwrap();
+            let mut y = kit.alloc(n_y).unwrap();
+            kit.instance_norm_snake_conv1d(&norm, &xb, affine, Some(&sb), &ab, &conv, wb, Some(&bb), &mut t, &mut y).unwrap();
+            let got = kit.download(&y).unwrap();
+            assert_eq!(got, kit.download(&y2).unwrap(), "amx {}: fused ≠ the two ops", kit.amx_convs());
+            assert!(kit.download(&t).unwrap().iter().all(|v| v.is_nan()), "the int8 mode wrote the scratch");
+            // Wrong variants differ: the conv of the raw rows, and of the norm without Snake.
+            let mut y_raw = kit.alloc(n_y).unwrap();
+            kit.conv1d(&conv, &xb, wb, Some(&bb), &mut y_raw).unwrap();
+            assert_ne!(kit.download(&y_raw).unwrap(), got);
+            kit.instance_norm(&norm, &xb, affine, Some(&sb), &mut t2).unwrap();
+            kit.conv1d(&conv, &t2, wb, Some(&bb), &mut y_raw).unwrap();
+            assert_ne!(kit.download(&y_raw).unwrap(), got);
+        }
+        // A convolution over other rows than the norm's is refused, not run.
+        let other = Conv1dSpec { n: 69, ..conv };
+        let (mut t, mut y) = (kit.alloc(n_t).unwrap(), kit.alloc(n_y).unwrap());
+        let wb = &weights[0];
+        assert!(kit.instance_norm_snake_conv1d(&norm, &xb, None, Some(&sb), &ab, &other, wb, Some(&bb), &mut t, &mut y).is_err());
+    }
+    // Elsewhere (f32 filters here; the f32 backend) the two ops through the scratch.
+    let f32k = CpuBackend::with_threads(2).expect("f32 backend");
+    let (mut t2, mut y2) = (vec![0.0; n_t], vec![0.0; n_y]);
+    f32k.instance_norm_snake(&norm, &x, None, Some(&style), &alpha, &mut t2).unwrap();
+    f32k.conv1d(&conv, &t2, &w, Some(&bias), &mut y2).unwrap();
+    let (mut t, mut y) = (vec![f32::NAN; n_t], vec![0.0; n_y]);
+    f32k.instance_norm_snake_conv1d(&norm, &x, None, Some(&style), &alpha, &conv, &w, Some(&bias), &mut t, &mut y).unwrap();
+    assert_eq!((t, y), (t2, y2));
+}

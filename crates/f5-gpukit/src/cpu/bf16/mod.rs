@@ -808,6 +808,58 @@ impl Backend for CpuBf16Backend {
         self.f32.instance_norm_on(spec, x, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32)), out.f32_mut(op)?)
     }
 
+    /// With int8 filters on the int8 mode (the generator's resblock convolutions), fused: the
+    /// item's instance-norm statistics are computed first, then each row the convolution reads
+    /// is normalised, snaked and quantised in one go (`conv_int8::conv1d_item` with a
+    /// [`RowNorm`](crate::cpu::seq::RowNorm) row function), so the normalised rows never go
+    /// through memory and `t` is not written. The bits are those of the two ops: the same row
+    /// functions, in the same order, on the same rows. Otherwise the two ops through `t`.
+    fn instance_norm_snake_conv1d(
+        &self,
+        norm: &InstanceNormSpec,
+        x: &CpuBuf,
+        affine: Option<(&CpuBuf, &CpuBuf)>,
+        style: Option<&CpuBuf>,
+        alpha: &CpuBuf,
+        conv: &Conv1dSpec,
+        weight: &CpuBuf,
+        bias: Option<&CpuBuf>,
+        t: &mut CpuBuf,
+        y: &mut CpuBuf,
+    ) -> Result<()> {
+        let op = "instance_norm_snake_conv1d";
+        crate::check::norm_then_conv(norm, conv)?;
+        let int8 = self.int8.filter(|_| conv_int8::supports(conv) && norm.n > 0 && norm.c > 0);
+        let fused = match (&weight.0, int8) {
+            (Repr::Int8(filters), Some(vnni)) => Some((vnni, std::borrow::Cow::Borrowed(&**filters))).filter(|(_, f)| f.fits(conv)),
+            (Repr::Bf16(w), Some(vnni)) => weight.int8_filters(conv, w).map(|f| (vnni, f)),
+            _ => None,
+        };
+        let Some((vnni, filters)) = fused else {
+            self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
+            return self.conv1d(conv, t, weight, bias, y);
+        };
+        let (affine, style) = norm_operands(op, affine, style)?;
+        let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
+        let bias = bias.map(|b| b.f32(op)).transpose()?.map(|b| b.as_slice());
+        let (t, y) = (t.f32(op)?, y.f32_mut(op)?);
+        norm.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), t.len())?;
+        crate::check::snake(norm.batch * norm.n, norm.c, t.len(), alpha.len())?;
+        conv.validate(x.len(), filters.len(), bias.map(|b| b.len()), y.len())?;
+        let InstanceNormSpec { batch, n, c, .. } = *norm;
+        let n_out = conv.n_out();
+        self.f32.run(|| {
+            for b in 0..batch {
+                let xb = &x[b * n * c..(b + 1) * n * c];
+                let rows = crate::cpu::seq::RowNorm::of(norm, b, xb, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32)));
+                let prep = |row: &[f32], out: &mut [f32]| rows.row(row, out);
+                let yb = &mut y[b * n_out * conv.c_out..(b + 1) * n_out * conv.c_out];
+                conv_int8::conv1d_item(vnni, conv, xb, &filters, bias, Some(&prep), yb);
+            }
+        });
+        Ok(())
+    }
+
     /// Snake with `sin²` reduced by π in f32 arithmetic (within 4e-7 of exact; the f32
     /// backend's sine is within 2 ulp, reduced by π/2).
     fn snake(&self, x: &mut CpuBuf, rows: usize, c: usize, alpha: &CpuBuf) -> Result<()> {
