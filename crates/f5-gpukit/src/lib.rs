@@ -411,6 +411,35 @@ pub trait Backend: Send + Sync {
         self.conv1d(conv, t, weight, bias, y)
     }
 
+    /// As [`Backend::instance_norm_snake_conv1d`], but the convolution's output is added to `y`
+    /// (`y += conv(snake(instance_norm(x)))`, the residual step of Kokoro's generator blocks)
+    /// and `x` is consumed: what `x` and `t` hold afterwards is unspecified. Both must have room
+    /// for the convolution's output (`batch·n_out·c_out` values, which a 'same' convolution
+    /// from `c` to `c` channels has). So the residual step needs no buffer besides its input,
+    /// its scratch and `y`. The default runs `instance_norm_snake` into `t`, `conv1d` into `x`
+    /// and `axpy` into `y`; the CPU int8 mode normalises each row as the convolution reads it
+    /// (never writing the normalised rows), convolves into `t` and adds that, with the same
+    /// result.
+    #[allow(clippy::too_many_arguments)]
+    fn instance_norm_snake_conv1d_add(
+        &self,
+        norm: &InstanceNormSpec,
+        x: &mut Self::Buf,
+        affine: Option<(&Self::Buf, &Self::Buf)>,
+        style: Option<&Self::Buf>,
+        alpha: &Self::Buf,
+        conv: &Conv1dSpec,
+        weight: &Self::Buf,
+        bias: Option<&Self::Buf>,
+        t: &mut Self::Buf,
+        y: &mut Self::Buf,
+    ) -> Result<()> {
+        check::norm_then_conv(norm, conv)?;
+        self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
+        self.conv1d(conv, t, weight, bias, x)?;
+        self.axpy(1.0, x, y, conv.batch * conv.n_out() * conv.c_out)
+    }
+
     /// Nearest-neighbour upsampling along the rows: `[batch, n, c]` → `[batch, n·factor, c]`,
     /// every row repeated `factor` times.
     #[allow(clippy::too_many_arguments)]

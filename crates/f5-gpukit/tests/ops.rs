@@ -1004,7 +1004,8 @@ pub fn instance_norm_snake<B: Backend>(kit: &B) {
 /// AdaIN + Snake + convolution in one call equals `instance_norm_snake` then `conv1d`, bit for
 /// bit (whatever the backend does with the scratch: it may never write it), with f32 filters
 /// and with GEMM-weight filters (`upload_weight`: reduced precision where a backend keeps
-/// them so), and it refuses a convolution over other rows than the norm's.
+/// them so); the residual form (`_add`) equals those then `axpy`; a convolution over other
+/// rows than the norm's is refused.
 pub fn instance_norm_snake_conv1d<B: Backend>(kit: &B) {
     let mut rng = Rng::new(31);
     for &(batch, n, c, c_out, k, dil) in &[(1usize, 9usize, 3usize, 5usize, 3usize, 1usize), (2, 40, 16, 12, 5, 3)] {
@@ -1031,6 +1032,26 @@ pub fn instance_norm_snake_conv1d<B: Backend>(kit: &B) {
                 "instance_norm_snake_conv1d {batch}×{n}×{c} → {c_out} k{k} d{dil}: {differ} values differ from the two ops"
             );
         }
+        // The residual form: y + conv(...), equal to the two ops then axpy (here c_out ≠ c, so
+        // x and the scratch are given room for the output).
+        let room = len.max(n_y);
+        let mut padded_x = x.clone();
+        padded_x.resize(room, 0.0);
+        let y0 = rng.vec(n_y);
+        for wb in [kit.upload(&w).unwrap(), kit.upload_weight(&w).unwrap()] {
+            let (mut t, mut out) = (kit.alloc(len).unwrap(), kit.alloc(n_y).unwrap());
+            kit.instance_norm_snake(&norm, &xb, None, Some(&sb), &ab, &mut t).unwrap();
+            kit.conv1d(&conv, &t, &wb, Some(&bb), &mut out).unwrap();
+            let mut apart = kit.upload(&y0).unwrap();
+            kit.axpy(1.0, &out, &mut apart, n_y).unwrap();
+            let (mut consumed, mut scratch) = (kit.upload(&padded_x).unwrap(), kit.alloc(room).unwrap());
+            let mut fused = guarded(kit, &y0);
+            kit.instance_norm_snake_conv1d_add(&norm, &mut consumed, None, Some(&sb), &ab, &conv, &wb, Some(&bb), &mut scratch, &mut fused)
+                .unwrap();
+            let (apart, fused) = (kit.download(&apart).unwrap(), take(kit, &fused, n_y, "instance_norm_snake_conv1d_add"));
+            let differ = apart.iter().zip(&fused).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(differ, 0, "instance_norm_snake_conv1d_add {batch}×{n}×{c} → {c_out}: {differ} values differ from the three ops");
+        }
         let other = Conv1dSpec { n: n + 1, ..conv };
         let (mut t, mut y) = (kit.alloc(len + c).unwrap(), kit.alloc(batch * other.n_out() * c_out).unwrap());
         let wb = kit.upload(&w).unwrap();
@@ -1038,6 +1059,11 @@ pub fn instance_norm_snake_conv1d<B: Backend>(kit: &B) {
             kit.instance_norm_snake_conv1d(&norm, &xb, None, Some(&sb), &ab, &other, &wb, Some(&bb), &mut t, &mut y).is_err(),
             "a convolution over {} rows after a norm over {n} must be refused",
             n + 1
+        );
+        let mut consumed = kit.upload(&padded_x).unwrap();
+        assert!(
+            kit.instance_norm_snake_conv1d_add(&norm, &mut consumed, None, Some(&sb), &ab, &other, &wb, Some(&bb), &mut t, &mut y).is_err(),
+            "the residual form must refuse it too"
         );
     }
 }

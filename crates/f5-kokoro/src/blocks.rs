@@ -49,18 +49,8 @@ impl<B: Backend> AdaIn<B> {
         Ok(())
     }
 
-    /// [`AdaIn::apply`] then Snake with `alpha` on its output, in one kit op (one pass over the
-    /// output on the CPU).
-    pub(crate) fn apply_snake(&self, kit: &B, x: &B::Buf, n: usize, style: &B::Buf, alpha: &B::Buf, out: &mut B::Buf) -> Result<()> {
-        let mut h = kit.alloc(2 * self.c)?;
-        self.fc.apply(kit, style, 1, &mut h)?;
-        let spec = InstanceNormSpec { batch: 1, n, c: self.c, eps: NORM_EPS };
-        kit.instance_norm_snake(&spec, x, self.affine.as_ref().map(|(w, b)| (w, b)), Some(&h), alpha, out)?;
-        Ok(())
-    }
-
-    /// [`AdaIn::apply_snake`] into `t`, then `conv` of that into `y`, in one kit op
-    /// ([`Backend::instance_norm_snake_conv1d`]): the CPU int8 mode normalises and snakes each
+    /// [`AdaIn::apply`], then Snake with `alpha`, into `t`, then `conv` of that into `y`, in one
+    /// kit op ([`Backend::instance_norm_snake_conv1d`]): the CPU int8 mode normalises and snakes each
     /// row as the convolution reads it and never writes `t` (scratch of `n·c`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply_snake_conv(
@@ -80,6 +70,29 @@ impl<B: Backend> AdaIn<B> {
         let spec = Conv1dSpec { batch: 1, n, ..conv.spec };
         let affine = self.affine.as_ref().map(|(w, b)| (w, b));
         kit.instance_norm_snake_conv1d(&norm, x, affine, Some(&h), alpha, &spec, &conv.weight, conv.bias.as_ref(), t, y)?;
+        Ok(())
+    }
+
+    /// `y += conv(Snake(AdaIN(x)))` in one kit op ([`Backend::instance_norm_snake_conv1d_add`]):
+    /// `x` is consumed and `t` is scratch (each `n·c`, room for a 'same' conv's output).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply_snake_conv_add(
+        &self,
+        kit: &B,
+        x: &mut B::Buf,
+        n: usize,
+        style: &B::Buf,
+        alpha: &B::Buf,
+        conv: &Conv1d<B>,
+        t: &mut B::Buf,
+        y: &mut B::Buf,
+    ) -> Result<()> {
+        let mut h = kit.alloc(2 * self.c)?;
+        self.fc.apply(kit, style, 1, &mut h)?;
+        let norm = InstanceNormSpec { batch: 1, n, c: self.c, eps: NORM_EPS };
+        let spec = Conv1dSpec { batch: 1, n, ..conv.spec };
+        let affine = self.affine.as_ref().map(|(w, b)| (w, b));
+        kit.instance_norm_snake_conv1d_add(&norm, x, affine, Some(&h), alpha, &spec, &conv.weight, conv.bias.as_ref(), t, y)?;
         Ok(())
     }
 }
@@ -234,7 +247,6 @@ pub(crate) struct AdaInResBlock1<B: Backend> {
     adain2: Vec<AdaIn<B>>,
     alpha1: Vec<B::Buf>,
     alpha2: Vec<B::Buf>,
-    c: usize,
 }
 
 impl<B: Backend> AdaInResBlock1<B> {
@@ -248,7 +260,7 @@ impl<B: Backend> AdaInResBlock1<B> {
         style_dim: usize,
     ) -> Result<Self> {
         let mut s = w.scope(name);
-        let mut blk = AdaInResBlock1 { convs1: vec![], convs2: vec![], adain1: vec![], adain2: vec![], alpha1: vec![], alpha2: vec![], c };
+        let mut blk = AdaInResBlock1 { convs1: vec![], convs2: vec![], adain1: vec![], adain2: vec![], alpha1: vec![], alpha2: vec![] };
         for (j, &d) in dilations.iter().enumerate() {
             // The generator's dense convs, its bulk of arithmetic: GEMM weights (bf16 on the bf16
             // CPU backend), and int8 in its int8 mode. Their inputs (Snake of an AdaIN output)
@@ -270,14 +282,12 @@ impl<B: Backend> AdaInResBlock1<B> {
     /// buffers, so a stage of blocks at the generator's highest rate (~70 MB per buffer for a
     /// 510-phoneme chunk) shares two scratch buffers instead of allocating three per block.
     pub(crate) fn apply_in_place(&self, kit: &B, x: &mut B::Buf, n: usize, style: &B::Buf, t: &mut B::Buf, u: &mut B::Buf) -> Result<()> {
-        let c = self.c;
         for j in 0..self.convs1.len() {
-            // The first AdaIN + Snake + conv fused (`t` scratch, `u` out); the second can't be
-            // without a fourth buffer (its input `u` must differ from its scratch and output).
+            // AdaIN + Snake + conv as one kit op each (the CPU int8 mode never writes the
+            // normalised rows): the first into `u` (`t` scratch), the second added to `x`
+            // (consuming `u`).
             self.adain1[j].apply_snake_conv(kit, x, n, style, &self.alpha1[j], &self.convs1[j], t, u)?;
-            self.adain2[j].apply_snake(kit, u, n, style, &self.alpha2[j], t)?;
-            self.convs2[j].apply(kit, t, 1, n, u)?;
-            kit.axpy(1.0, u, x, n * c)?;
+            self.adain2[j].apply_snake_conv_add(kit, u, n, style, &self.alpha2[j], &self.convs2[j], t, x)?;
         }
         Ok(())
     }

@@ -334,6 +334,57 @@ impl CpuBf16Backend {
         self.int8.is_some()
     }
 
+    /// The fused AdaIN + Snake + int8 convolution, where the filters are int8 ones this backend's
+    /// int8 mode takes for `conv`: the item's instance-norm statistics first, then each row
+    /// the convolution reads is normalised, snaked and quantised in one go
+    /// (`conv_int8::conv1d_item` with a [`RowNorm`](crate::cpu::seq::RowNorm) row function), so
+    /// the normalised rows never go through memory. The bits are those of `instance_norm_snake`
+    /// then `conv1d`: the same row functions, in the same order, on the same rows. The output
+    /// goes to `out`; `scratch_len` is the length of the buffer the unfused ops would normalise
+    /// into, checked as they would check it. `Ok(false)` (nothing done) where the filters or the
+    /// mode do not take this path.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_int8_conv(
+        &self,
+        op: &'static str,
+        norm: &InstanceNormSpec,
+        x: &CpuBuf,
+        affine: Option<(&CpuBuf, &CpuBuf)>,
+        style: Option<&CpuBuf>,
+        alpha: &CpuBuf,
+        conv: &Conv1dSpec,
+        weight: &CpuBuf,
+        bias: Option<&CpuBuf>,
+        scratch_len: usize,
+        out: &mut [f32],
+    ) -> Result<bool> {
+        let int8 = self.int8.filter(|_| conv_int8::supports(conv) && norm.n > 0 && norm.c > 0);
+        let filters = match (&weight.0, int8) {
+            (Repr::Int8(filters), Some(vnni)) => Some((vnni, std::borrow::Cow::Borrowed(&**filters))).filter(|(_, f)| f.fits(conv)),
+            (Repr::Bf16(w), Some(vnni)) => weight.int8_filters(conv, w).map(|f| (vnni, f)),
+            _ => None,
+        };
+        let Some((vnni, filters)) = filters else { return Ok(false) };
+        let (affine, style) = norm_operands(op, affine, style)?;
+        let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
+        let bias = bias.map(|b| b.f32(op)).transpose()?.map(|b| b.as_slice());
+        norm.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), scratch_len)?;
+        crate::check::snake(norm.batch * norm.n, norm.c, scratch_len, alpha.len())?;
+        conv.validate(x.len(), filters.len(), bias.map(|b| b.len()), out.len())?;
+        let InstanceNormSpec { batch, n, c, .. } = *norm;
+        let n_out = conv.n_out();
+        self.f32.run(|| {
+            for b in 0..batch {
+                let xb = &x[b * n * c..(b + 1) * n * c];
+                let rows = crate::cpu::seq::RowNorm::of(norm, b, xb, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32)));
+                let prep = |row: &[f32], mapped: &mut [f32]| rows.row(row, mapped);
+                let yb = &mut out[b * n_out * conv.c_out..(b + 1) * n_out * conv.c_out];
+                conv_int8::conv1d_item(vnni, conv, xb, &filters, bias, Some(&prep), yb);
+            }
+        });
+        Ok(true)
+    }
+
     /// Whether dense convolutions run on the AMX tiles: the bf16 ones whose input channels come
     /// in multiples of 32 (`tdpbf16ps`: the same products, summed in the tiles' order) where the
     /// CPU has AMX-BF16, and in the int8 mode the int8 ones in multiples of 64 (`tdpbusd`: the
@@ -808,12 +859,8 @@ impl Backend for CpuBf16Backend {
         self.f32.instance_norm_on(spec, x, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32)), out.f32_mut(op)?)
     }
 
-    /// With int8 filters on the int8 mode (the generator's resblock convolutions), fused: the
-    /// item's instance-norm statistics are computed first, then each row the convolution reads
-    /// is normalised, snaked and quantised in one go (`conv_int8::conv1d_item` with a
-    /// [`RowNorm`](crate::cpu::seq::RowNorm) row function), so the normalised rows never go
-    /// through memory and `t` is not written. The bits are those of the two ops: the same row
-    /// functions, in the same order, on the same rows. Otherwise the two ops through `t`.
+    /// With int8 filters on the int8 mode (the generator's resblock convolutions), fused
+    /// ([`CpuBf16Backend::fused_int8_conv`]): `t` is not written. Otherwise the two ops through `t`.
     fn instance_norm_snake_conv1d(
         &self,
         norm: &InstanceNormSpec,
@@ -827,37 +874,45 @@ impl Backend for CpuBf16Backend {
         t: &mut CpuBuf,
         y: &mut CpuBuf,
     ) -> Result<()> {
-        let op = "instance_norm_snake_conv1d";
         crate::check::norm_then_conv(norm, conv)?;
-        let int8 = self.int8.filter(|_| conv_int8::supports(conv) && norm.n > 0 && norm.c > 0);
-        let fused = match (&weight.0, int8) {
-            (Repr::Int8(filters), Some(vnni)) => Some((vnni, std::borrow::Cow::Borrowed(&**filters))).filter(|(_, f)| f.fits(conv)),
-            (Repr::Bf16(w), Some(vnni)) => weight.int8_filters(conv, w).map(|f| (vnni, f)),
-            _ => None,
-        };
-        let Some((vnni, filters)) = fused else {
-            self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
-            return self.conv1d(conv, t, weight, bias, y);
-        };
-        let (affine, style) = norm_operands(op, affine, style)?;
-        let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
-        let bias = bias.map(|b| b.f32(op)).transpose()?.map(|b| b.as_slice());
-        let (t, y) = (t.f32(op)?, y.f32_mut(op)?);
-        norm.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), t.len())?;
-        crate::check::snake(norm.batch * norm.n, norm.c, t.len(), alpha.len())?;
-        conv.validate(x.len(), filters.len(), bias.map(|b| b.len()), y.len())?;
-        let InstanceNormSpec { batch, n, c, .. } = *norm;
-        let n_out = conv.n_out();
-        self.f32.run(|| {
-            for b in 0..batch {
-                let xb = &x[b * n * c..(b + 1) * n * c];
-                let rows = crate::cpu::seq::RowNorm::of(norm, b, xb, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32)));
-                let prep = |row: &[f32], out: &mut [f32]| rows.row(row, out);
-                let yb = &mut y[b * n_out * conv.c_out..(b + 1) * n_out * conv.c_out];
-                conv_int8::conv1d_item(vnni, conv, xb, &filters, bias, Some(&prep), yb);
-            }
-        });
-        Ok(())
+        let op = "instance_norm_snake_conv1d";
+        let scratch_len = t.f32(op)?.len();
+        if self.fused_int8_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, y.f32_mut(op)?)? {
+            return Ok(());
+        }
+        self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
+        self.conv1d(conv, t, weight, bias, y)
+    }
+
+    /// With int8 filters on the int8 mode, fused ([`CpuBf16Backend::fused_int8_conv`]) into `t`,
+    /// then added to `y`: `x` is left as it was. Otherwise the default's three ops.
+    fn instance_norm_snake_conv1d_add(
+        &self,
+        norm: &InstanceNormSpec,
+        x: &mut CpuBuf,
+        affine: Option<(&CpuBuf, &CpuBuf)>,
+        style: Option<&CpuBuf>,
+        alpha: &CpuBuf,
+        conv: &Conv1dSpec,
+        weight: &CpuBuf,
+        bias: Option<&CpuBuf>,
+        t: &mut CpuBuf,
+        y: &mut CpuBuf,
+    ) -> Result<()> {
+        crate::check::norm_then_conv(norm, conv)?;
+        let op = "instance_norm_snake_conv1d_add";
+        let out_len = conv.batch * conv.n_out() * conv.c_out;
+        let x_len = x.f32(op)?.len();
+        if x_len < out_len {
+            return Err(shape_err(op, format!("x has {x_len} values, less than the convolution's {out_len} outputs")));
+        }
+        let scratch_len = t.f32(op)?.len();
+        if self.fused_int8_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, t.f32_mut(op)?)? {
+            return self.axpy(1.0, t, y, out_len);
+        }
+        self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
+        self.conv1d(conv, t, weight, bias, x)?;
+        self.axpy(1.0, x, y, out_len)
     }
 
     /// Snake with `sin²` reduced by π in f32 arithmetic (within 4e-7 of exact; the f32
