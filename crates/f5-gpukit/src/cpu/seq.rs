@@ -123,6 +123,11 @@ pub fn instance_norm(
     }
 }
 
+/// A function each input row of a convolution goes through before the convolution converts
+/// it (to int8 or bf16): `(row, out)`, `c_in` values each. The fused AdaIN + Snake +
+/// convolution passes [`RowNorm::row`] here, so the normalised rows exist only a row at a time.
+pub(crate) type RowPrep<'a> = &'a (dyn Fn(&[f32], &mut [f32]) + Sync);
+
 /// One batch item's instance norm (with AdaIN's style, and Snake when given) as a function of
 /// each row alone, once the item's statistics are known: [`instance_norm`] applies it to every
 /// row, and a consumer that reads the rows anyway (the int8 convolution, which quantises each

@@ -30,7 +30,8 @@ use rayon::prelude::*;
 use super::conv_bf16_amx::{self as amx, AmxBf16};
 use super::gemm::{Avx512Bf16, MR, NR};
 use crate::cpu::conv::{merged_taps, padded_row_len, rows_read, tap_offsets};
-use crate::cpu::scratch::{with_scratch_u32, with_scratch_usize, with_shared_scratch_u32};
+use crate::cpu::scratch::{with_scratch, with_scratch_u32, with_scratch_usize, with_shared_scratch_u32};
+use crate::cpu::seq::RowPrep;
 use crate::spec::Conv1dSpec;
 
 /// The bf16 copy of the input rows one task converts: about this many bytes (plus the taps'
@@ -58,7 +59,7 @@ pub(crate) fn conv1d_dense(
     }
     with_packed_filters(cpu, tiles, spec, w, bias, |rows| {
         for b in 0..batch {
-            rows.run(&x[b * n * c_in..(b + 1) * n * c_in], 0, &mut y[b * n_out * c_out..(b + 1) * n_out * c_out]);
+            rows.run(&x[b * n * c_in..(b + 1) * n * c_in], None, 0, &mut y[b * n_out * c_out..(b + 1) * n_out * c_out]);
         }
     });
 }
@@ -78,16 +79,17 @@ pub(crate) struct DenseRows<'a> {
 
 impl DenseRows<'_> {
     /// Output rows `t0..t0 + y.len() / c_out` of the item whose input rows are `xb` (`n·c_in`
-    /// values), in parallel blocks. Each output's sum does not depend on the blocking, so a row
-    /// is the same whichever run computes it.
-    pub(crate) fn run(&self, xb: &[f32], t0: usize, y: &mut [f32]) {
+    /// values), each input row mapped by `prep` (when given) before it is converted, in
+    /// parallel blocks. Each output's sum does not depend on the blocking, so a row is the
+    /// same whichever run computes it.
+    pub(crate) fn run(&self, xb: &[f32], prep: Option<RowPrep<'_>>, t0: usize, y: &mut [f32]) {
         let DenseRows { cpu, spec, packed, bias, rows_per_block: rb, .. } = *self;
         let c_out = spec.c_out;
         debug_assert!(xb.len() == spec.n * spec.c_in && y.len().is_multiple_of(c_out) && t0 + y.len() / c_out <= spec.n_out());
         match self.tiles {
             #[cfg(target_arch = "x86_64")]
             Some(tiles) => {
-                let convert = |x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32]| convert_rows(cpu, x, c_in, row_len, dst);
+                let convert = |x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32]| convert_rows(cpu, x, c_in, row_len, dst, prep);
                 y.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
                     amx::conv_block(tiles, convert, spec, xb, packed, bias, t0 + blk * rb, yblk);
                 });
@@ -95,7 +97,7 @@ impl DenseRows<'_> {
             #[cfg(not(target_arch = "x86_64"))]
             Some(_) => unreachable!("AMX token off x86-64"),
             None => y.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
-                conv_block(cpu, spec, xb, packed, bias, t0 + blk * rb, yblk);
+                conv_block(cpu, spec, xb, packed, bias, prep, t0 + blk * rb, yblk);
             }),
         }
     }
@@ -192,7 +194,17 @@ fn pack_filters(spec: &Conv1dSpec, w: &[u16], j0: usize, pairs: usize, panel: &m
 /// Output rows `t0..t0 + yblk.len() / c_out` of one batch item: converts the input rows they
 /// read to bf16 pairs, tabulates each tile's source rows, and runs the tile kernel over every
 /// filter panel (outer: one panel stays in L2) and tile (inner).
-fn conv_block(cpu: Avx512Bf16, spec: &Conv1dSpec, xb: &[f32], packed: &[u32], bias: Option<&[f32]>, t0: usize, yblk: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+fn conv_block(
+    cpu: Avx512Bf16,
+    spec: &Conv1dSpec,
+    xb: &[f32],
+    packed: &[u32],
+    bias: Option<&[f32]>,
+    prep: Option<RowPrep<'_>>,
+    t0: usize,
+    yblk: &mut [f32],
+) {
     let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
     let rows = yblk.len() / c_out;
     let tiles = rows.div_ceil(MR);
@@ -204,7 +216,7 @@ fn conv_block(cpu: Avx512Bf16, spec: &Conv1dSpec, xb: &[f32], packed: &[u32], bi
     // The converted rows, then one zero row that padding taps (and rows past the block) read.
     let zero_row = (hi - lo) * row_len;
     with_scratch_u32(zero_row + row_len, |xq| {
-        convert_rows(cpu, &xb[lo * c_in..hi * c_in], c_in, row_len, &mut xq[..zero_row]);
+        convert_rows(cpu, &xb[lo * c_in..hi * c_in], c_in, row_len, &mut xq[..zero_row], prep);
         xq[zero_row..].fill(0);
         let xq = &*xq;
         // Per tile, per tap, per row: where that row's source row starts in `xq`.
@@ -243,8 +255,9 @@ struct Tile<'a> {
 
 /// Rounds the rows `x` (`c_in` values each) to bf16 pairs: row `i` of `dst` (a stride of
 /// `row_len` dwords) starts with `c_in/2` dwords (the high half of the last one zero when
-/// `c_in` is odd); the rest of the stride is left as it was.
-fn convert_rows(cpu: Avx512Bf16, x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32]) {
+/// `c_in` is odd); the rest of the stride is left as it was. With `prep`, each row is first
+/// mapped by it (into an L1-sized scratch row) and the mapped row is what is rounded.
+fn convert_rows(cpu: Avx512Bf16, x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32], prep: Option<RowPrep<'_>>) {
     let pairs = c_in.div_ceil(2);
     if c_in == 0 {
         return;
@@ -252,14 +265,23 @@ fn convert_rows(cpu: Avx512Bf16, x: &[f32], c_in: usize, row_len: usize, dst: &m
     let rows = x.len() / c_in;
     assert!(row_len >= pairs && dst.len() == rows * row_len && x.len() == rows * c_in, "converted rows do not match their source");
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `cpu` proves AVX-512 F and BF16; the lengths are checked above.
+    // SAFETY: `cpu` proves AVX-512 F and BF16; the lengths are checked above (a mapped row is
+    // `c_in` floats, converted into its own `row_len` dwords).
     unsafe {
         let _ = cpu;
-        x86::convert_rows(x.as_ptr(), rows, c_in, row_len, dst.as_mut_ptr());
+        match prep {
+            None => x86::convert_rows(x.as_ptr(), rows, c_in, row_len, dst.as_mut_ptr()),
+            Some(prep) => with_scratch(c_in, |mapped| {
+                for (row, out) in x.chunks_exact(c_in).zip(dst.chunks_exact_mut(row_len)) {
+                    prep(row, mapped);
+                    x86::convert_rows(mapped.as_ptr(), 1, c_in, row_len, out.as_mut_ptr());
+                }
+            }),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (cpu, dst);
+        let _ = (cpu, dst, prep);
         unreachable!("AVX-512 BF16 token off x86-64")
     }
 }

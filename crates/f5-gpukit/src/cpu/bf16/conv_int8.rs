@@ -39,6 +39,7 @@ use super::gemm::{from_bf16, NR};
 use crate::cpu::conv::{padded_row_len, rows_read, tap_offsets};
 use crate::cpu::lines::LineVec;
 use crate::cpu::scratch::{with_scratch, with_scratch_u32, with_scratch_usize};
+use crate::cpu::seq::RowPrep;
 use crate::spec::Conv1dSpec;
 
 /// Rows of the micro-tile: 6 rows × 4 vectors of 16 lanes, an i32 accumulator each for the tap
@@ -204,11 +205,6 @@ impl PackedFilters {
         self.shape == (spec.c_out, spec.c_in, spec.kernel)
     }
 }
-
-/// A function each input row goes through before it is quantised: `(row, out)`, `c_in` values
-/// each. The fused AdaIN + Snake + convolution passes the instance norm here
-/// ([`crate::cpu::seq::RowNorm::row`]), so the normalised rows exist only a row at a time.
-pub(crate) type RowPrep<'a> = &'a (dyn Fn(&[f32], &mut [f32]) + Sync);
 
 /// `y = conv(x, w) + bias` for a dense convolution with the packed int8 filters `w`, computed as
 /// the module docs say. `spec` must have been validated against the operands, [`supports`] it,

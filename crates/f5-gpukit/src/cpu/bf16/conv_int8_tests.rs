@@ -373,7 +373,7 @@ fn spread(len: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
 }
 
 #[test]
-fn fused_adain_snake_conv_gives_the_two_ops_bits_and_the_int8_mode_never_writes_the_scratch() {
+fn fused_adain_snake_conv_gives_the_two_ops_bits_and_never_writes_the_scratch() {
     use crate::spec::InstanceNormSpec;
     let Some(_) = kernel_available("fused instance_norm_snake_conv1d") else { return };
     // Two items, 64 channels (whole AMX int8 tiles) with an offset per channel, so that the
@@ -385,12 +385,22 @@ fn fused_adain_snake_conv_gives_the_two_ops_bits_and_the_int8_mode_never_writes_
     let alpha = spread(64, 3, 0.2, 2.0);
     let (w, bias) = (spread(48 * 64 * 5, 4, -0.1, 0.1), spread(48, 5, -0.1, 0.1));
     let (n_t, n_y) = (2 * 70 * 64, 2 * conv.n_out() * 48);
+    // The int8 mode (VNNI and AMX kernels), and the bf16 kernels (AVX-512 BF16 and AMX) where
+    // the CPU has them: each fuses, with its own filters.
     let base = CpuBf16Backend::with_int8_convs(2).expect("int8 backend");
-    for kit in [base.clone(), base.without_amx()] {
+    let mut kits = vec![(base.clone(), true), (base.without_amx(), true)];
+    if let Some(bf16) = CpuBf16Backend::with_threads(2).ok().map(|k| k.with_bf16_dot_products(true)).filter(|k| k.bf16_dot_products()) {
+        kits.extend([(bf16.clone(), false), (bf16.without_amx(), false)]);
+    }
+    for (kit, int8_filters) in kits {
         let (xb, sb, ab, bb) =
             (kit.upload(&x).unwrap(), kit.upload(&style).unwrap(), kit.upload(&alpha).unwrap(), kit.upload(&bias).unwrap());
         let affine = (kit.upload(&spread(64, 6, 0.5, 1.5)).unwrap(), kit.upload(&spread(64, 7, -0.2, 0.2)).unwrap());
-        let weights = [kit.upload_weight_int8(&w).unwrap(), kit.upload_conv_filters_int8(&w, &conv).unwrap()];
+        let weights = if int8_filters {
+            [kit.upload_weight_int8(&w).unwrap(), kit.upload_conv_filters_int8(&w, &conv).unwrap()]
+        } else {
+            [kit.upload_weight(&w).unwrap(), kit.upload_weight(&w).unwrap()]
+        };
         for (wb, affine) in weights.iter().zip([None, Some((&affine.0, &affine.1))]) {
             // The two ops.
             let (mut t2, mut y2) = (kit.alloc(n_t).unwrap(), kit.alloc(n_y).unwrap());
@@ -401,8 +411,8 @@ fn fused_adain_snake_conv_gives_the_two_ops_bits_and_the_int8_mode_never_writes_
             let mut y = kit.alloc(n_y).unwrap();
             kit.instance_norm_snake_conv1d(&norm, &xb, affine, Some(&sb), &ab, &conv, wb, Some(&bb), &mut t, &mut y).unwrap();
             let got = kit.download(&y).unwrap();
-            assert_eq!(got, kit.download(&y2).unwrap(), "amx {}: fused ≠ the two ops", kit.amx_convs());
-            assert!(kit.download(&t).unwrap().iter().all(|v| v.is_nan()), "the int8 mode wrote the scratch");
+            assert_eq!(got, kit.download(&y2).unwrap(), "int8 {int8_filters} amx {}: fused ≠ the two ops", kit.amx_convs());
+            assert!(kit.download(&t).unwrap().iter().all(|v| v.is_nan()), "int8 {int8_filters}: the fused path wrote the scratch");
             // The residual form: y0 + the same outputs; its input left as it was, the scratch
             // holding the convolution.
             let y0 = spread(n_y, 8, -1.0, 1.0);

@@ -334,17 +334,18 @@ impl CpuBf16Backend {
         self.int8.is_some()
     }
 
-    /// The fused AdaIN + Snake + int8 convolution, where the filters are int8 ones this backend's
-    /// int8 mode takes for `conv`: the item's instance-norm statistics first, then each row
-    /// the convolution reads is normalised, snaked and quantised in one go
-    /// (`conv_int8::conv1d_item` with a [`RowNorm`](crate::cpu::seq::RowNorm) row function), so
-    /// the normalised rows never go through memory. The bits are those of `instance_norm_snake`
-    /// then `conv1d`: the same row functions, in the same order, on the same rows. The output
-    /// goes to `out`; `scratch_len` is the length of the buffer the unfused ops would normalise
-    /// into, checked as they would check it. `Ok(false)` (nothing done) where the filters or the
-    /// mode do not take this path.
+    /// The fused AdaIN + Snake + convolution, where the filters are int8 ones this backend's
+    /// int8 mode takes for `conv`, or bf16 ones its bf16 kernel takes (the kernels `conv1d`
+    /// would pick): the item's instance-norm statistics first, then each row the convolution
+    /// reads is normalised, snaked and converted (quantised to int8 or rounded to bf16) in one
+    /// go (`conv_int8::conv1d_item` or the bf16 `DenseRows::run` with a
+    /// [`RowNorm`](crate::cpu::seq::RowNorm) row function), so the normalised rows never go
+    /// through memory. The bits are those of `instance_norm_snake` then `conv1d`: the same row
+    /// functions, in the same order, on the same rows. The output goes to `out`; `scratch_len`
+    /// is the length of the buffer the unfused ops would normalise into, checked as they would
+    /// check it. `Ok(false)` (nothing done) where the filters or the CPU take neither kernel.
     #[allow(clippy::too_many_arguments)]
-    fn fused_int8_conv(
+    fn fused_conv(
         &self,
         op: &'static str,
         norm: &InstanceNormSpec,
@@ -358,29 +359,71 @@ impl CpuBf16Backend {
         scratch_len: usize,
         out: &mut [f32],
     ) -> Result<bool> {
-        let int8 = self.int8.filter(|_| conv_int8::supports(conv) && norm.n > 0 && norm.c > 0);
-        let filters = match (&weight.0, int8) {
-            (Repr::Int8(filters), Some(vnni)) => Some((vnni, std::borrow::Cow::Borrowed(&**filters))).filter(|(_, f)| f.fits(conv)),
-            (Repr::Bf16(w), Some(vnni)) => weight.int8_filters(conv, w).map(|f| (vnni, f)),
-            _ => None,
+        /// The kernel the filters take.
+        enum Kernel<'w> {
+            Int8(Avx512Vnni, std::borrow::Cow<'w, conv_int8::PackedFilters>),
+            Bf16(Avx512Bf16, &'w [u16]),
+        }
+        if norm.n == 0 || norm.c == 0 {
+            return Ok(false);
+        }
+        let int8 = self.int8.filter(|_| conv_int8::supports(conv));
+        let kernel = match (&weight.0, int8) {
+            (Repr::Int8(filters), Some(vnni)) if filters.fits(conv) => Kernel::Int8(vnni, std::borrow::Cow::Borrowed(&**filters)),
+            (Repr::Bf16(w), _) => match int8.and_then(|vnni| Some((vnni, weight.int8_filters(conv, w)?))) {
+                Some((vnni, filters)) => Kernel::Int8(vnni, filters),
+                None => match self.bf16_dot.filter(|_| conv.groups == 1) {
+                    Some(cpu) => Kernel::Bf16(cpu, w),
+                    None => return Ok(false),
+                },
+            },
+            _ => return Ok(false),
         };
-        let Some((vnni, filters)) = filters else { return Ok(false) };
+        let filters_len = match &kernel {
+            Kernel::Int8(_, filters) => filters.len(),
+            Kernel::Bf16(_, w) => w.len(),
+        };
         let (affine, style) = norm_operands(op, affine, style)?;
         let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
         let bias = bias.map(|b| b.f32(op)).transpose()?.map(|b| b.as_slice());
         norm.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), scratch_len)?;
         crate::check::snake(norm.batch * norm.n, norm.c, scratch_len, alpha.len())?;
-        conv.validate(x.len(), filters.len(), bias.map(|b| b.len()), out.len())?;
+        conv.validate(x.len(), filters_len, bias.map(|b| b.len()), out.len())?;
         let InstanceNormSpec { batch, n, c, .. } = *norm;
         let n_out = conv.n_out();
-        self.f32.run(|| {
-            for b in 0..batch {
-                let xb = &x[b * n * c..(b + 1) * n * c];
-                let rows = crate::cpu::seq::RowNorm::of(norm, b, xb, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32)));
-                let prep = |row: &[f32], mapped: &mut [f32]| rows.row(row, mapped);
-                let yb = &mut out[b * n_out * conv.c_out..(b + 1) * n_out * conv.c_out];
-                conv_int8::conv1d_item(vnni, conv, xb, &filters, bias, Some(&prep), yb);
+        let item = |b: usize| {
+            let rows = crate::cpu::seq::RowNorm::of(
+                norm,
+                b,
+                &x[b * n * c..(b + 1) * n * c],
+                affine,
+                style,
+                Some((alpha, crate::cpu::simd::snake_row_f32)),
+            );
+            (&x[b * n * c..(b + 1) * n * c], rows)
+        };
+        let outputs = out[..batch * n_out * conv.c_out].chunks_mut((n_out * conv.c_out).max(1));
+        self.f32.run(|| match &kernel {
+            Kernel::Int8(vnni, filters) => {
+                for (b, yb) in outputs.enumerate() {
+                    let (xb, rows) = item(b);
+                    conv_int8::conv1d_item(
+                        *vnni,
+                        conv,
+                        xb,
+                        filters,
+                        bias,
+                        Some(&|row: &[f32], mapped: &mut [f32]| rows.row(row, mapped)),
+                        yb,
+                    );
+                }
             }
+            Kernel::Bf16(cpu, w) => conv::with_packed_filters(*cpu, self.amx_bf16, conv, w, bias, |dense| {
+                for (b, yb) in outputs.enumerate() {
+                    let (xb, rows) = item(b);
+                    dense.run(xb, Some(&|row: &[f32], mapped: &mut [f32]| rows.row(row, mapped)), 0, yb);
+                }
+            }),
         });
         Ok(true)
     }
@@ -859,8 +902,10 @@ impl Backend for CpuBf16Backend {
         self.f32.instance_norm_on(spec, x, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32)), out.f32_mut(op)?)
     }
 
-    /// With int8 filters on the int8 mode (the generator's resblock convolutions), fused
-    /// ([`CpuBf16Backend::fused_int8_conv`]): `t` is not written. Otherwise the two ops through `t`.
+    /// With int8 filters on the int8 mode or bf16 filters on the bf16 kernel (the generator's
+    /// resblock convolutions), fused ([`CpuBf16Backend::fused_conv`]): `t` is not written.
+    /// Otherwise (f32 or f16 filters, CPUs where the bf16 products do not pay) the two ops
+    /// through `t`.
     fn instance_norm_snake_conv1d(
         &self,
         norm: &InstanceNormSpec,
@@ -877,15 +922,15 @@ impl Backend for CpuBf16Backend {
         crate::check::norm_then_conv(norm, conv)?;
         let op = "instance_norm_snake_conv1d";
         let scratch_len = t.f32(op)?.len();
-        if self.fused_int8_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, y.f32_mut(op)?)? {
+        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, y.f32_mut(op)?)? {
             return Ok(());
         }
         self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
         self.conv1d(conv, t, weight, bias, y)
     }
 
-    /// With int8 filters on the int8 mode, fused ([`CpuBf16Backend::fused_int8_conv`]) into `t`,
-    /// then added to `y`: `x` is left as it was. Otherwise the default's three ops.
+    /// Where [`Backend::instance_norm_snake_conv1d`] fuses, fused ([`CpuBf16Backend::fused_conv`])
+    /// into `t`, then added to `y`: `x` is left as it was. Otherwise the default's three ops.
     fn instance_norm_snake_conv1d_add(
         &self,
         norm: &InstanceNormSpec,
@@ -907,7 +952,7 @@ impl Backend for CpuBf16Backend {
             return Err(shape_err(op, format!("x has {x_len} values, less than the convolution's {out_len} outputs")));
         }
         let scratch_len = t.f32(op)?.len();
-        if self.fused_int8_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, t.f32_mut(op)?)? {
+        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, t.f32_mut(op)?)? {
             return self.axpy(1.0, t, y, out_len);
         }
         self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
