@@ -64,10 +64,7 @@ impl<B: Backend> AdaIn<B> {
         t: &mut B::Buf,
         y: &mut B::Buf,
     ) -> Result<()> {
-        let mut h = kit.alloc(2 * self.c)?;
-        self.fc.apply(kit, style, 1, &mut h)?;
-        let norm = InstanceNormSpec { batch: 1, n, c: self.c, eps: NORM_EPS };
-        let spec = Conv1dSpec { batch: 1, n, ..conv.spec };
+        let (h, norm, spec) = self.modulation(kit, style, n, conv)?;
         let affine = self.affine.as_ref().map(|(w, b)| (w, b));
         kit.instance_norm_snake_conv1d(&norm, x, affine, Some(&h), alpha, &spec, &conv.weight, conv.bias.as_ref(), t, y)?;
         Ok(())
@@ -87,13 +84,17 @@ impl<B: Backend> AdaIn<B> {
         t: &mut B::Buf,
         y: &mut B::Buf,
     ) -> Result<()> {
-        let mut h = kit.alloc(2 * self.c)?;
-        self.fc.apply(kit, style, 1, &mut h)?;
-        let norm = InstanceNormSpec { batch: 1, n, c: self.c, eps: NORM_EPS };
-        let spec = Conv1dSpec { batch: 1, n, ..conv.spec };
+        let (h, norm, spec) = self.modulation(kit, style, n, conv)?;
         let affine = self.affine.as_ref().map(|(w, b)| (w, b));
         kit.instance_norm_snake_conv1d_add(&norm, x, affine, Some(&h), alpha, &spec, &conv.weight, conv.bias.as_ref(), t, y)?;
         Ok(())
+    }
+
+    /// The style's `[γ, β]` (`fc(style)`), the norm over `n` rows and `conv`'s shape over them.
+    fn modulation(&self, kit: &B, style: &B::Buf, n: usize, conv: &Conv1d<B>) -> Result<(B::Buf, InstanceNormSpec, Conv1dSpec)> {
+        let mut h = kit.alloc(2 * self.c)?;
+        self.fc.apply(kit, style, 1, &mut h)?;
+        Ok((h, InstanceNormSpec { batch: 1, n, c: self.c, eps: NORM_EPS }, Conv1dSpec { batch: 1, n, ..conv.spec }))
     }
 }
 

@@ -361,15 +361,8 @@ fn filters_held_only_in_int8_compute_as_the_kept_bank_read_back_dequantised_and_
 
 /// Deterministic values in `[lo, hi)`.
 fn spread(len: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
+    let mut rng = super::super::test_rng::Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..len).map(|_| lo + (hi - lo) * rng.unit() as f32).collect()
 }
 
 #[test]

@@ -903,7 +903,9 @@ impl Backend for CpuBf16Backend {
     }
 
     /// With int8 filters on the int8 mode or bf16 filters on the bf16 kernel (the generator's
-    /// resblock convolutions), fused ([`CpuBf16Backend::fused_conv`]): `t` is not written.
+    /// resblock convolutions), fused: each row the convolution reads is normalised, snaked and
+    /// converted in one go, from statistics computed first, so `t` is not written and the
+    /// normalised rows never go through memory; the bits are the two ops'.
     /// Otherwise (f32 or f16 filters, CPUs where the bf16 products do not pay) the two ops
     /// through `t`.
     fn instance_norm_snake_conv1d(
@@ -929,8 +931,8 @@ impl Backend for CpuBf16Backend {
         self.conv1d(conv, t, weight, bias, y)
     }
 
-    /// Where [`Backend::instance_norm_snake_conv1d`] fuses, fused ([`CpuBf16Backend::fused_conv`])
-    /// into `t`, then added to `y`: `x` is left as it was. Otherwise the default's three ops.
+    /// Where [`Backend::instance_norm_snake_conv1d`] fuses, fused the same way into `t`, then
+    /// added to `y`: `x` is left as it was. Otherwise the default's three ops.
     fn instance_norm_snake_conv1d_add(
         &self,
         norm: &InstanceNormSpec,
