@@ -98,17 +98,35 @@ pub(crate) fn conv_transpose1d_dense(
 /// The filters `[c_in, c_out, K]` as the grouped convolution's bank `[s·c_out, c_in, J]`:
 /// output channel `r·c_out + co`, input channel `ci`, slot `m` (which reads input row
 /// `t − (J − 1 − m)`) holds tap `r + (J − 1 − m)·s`, or zero where that tap does not exist.
+///
+/// Through a copy ordered by output channel (`[c_out, c_in, K]`), so that each bank row reads
+/// one contiguous filter: read straight from `[c_in, c_out, K]`, every input channel of a bank
+/// row was a fresh cache line. The reorder of Kokoro's first upsampler (2.6 M values) took
+/// ~5 ms that way and ~4 ms this way, of the op's ~17 ms on the long input; keeping the bank
+/// with the weight would save the rest.
 fn phase_filters(spec: &ConvTranspose1dSpec, w: &[u16]) -> Vec<u16> {
     let ConvTranspose1dSpec { c_in, c_out, kernel, stride, .. } = *spec;
     let taps = kernel.div_ceil(stride);
+    let per_out = c_in * kernel;
+    // 16 output channels per task: each input channel's taps for them are one contiguous run.
+    let mut by_out = vec![0u16; c_out * per_out];
+    by_out.par_chunks_mut(16 * per_out).enumerate().for_each(|(blk, chunk)| {
+        let (co0, width) = (16 * blk, chunk.len() / per_out);
+        for ci in 0..c_in {
+            let runs = &w[(ci * c_out + co0) * kernel..(ci * c_out + co0 + width) * kernel];
+            for (j, run) in runs.chunks_exact(kernel).enumerate() {
+                chunk[j * per_out + ci * kernel..j * per_out + (ci + 1) * kernel].copy_from_slice(run);
+            }
+        }
+    });
     let mut bank = vec![0u16; stride * c_out * c_in * taps];
     bank.par_chunks_mut(c_in * taps).enumerate().for_each(|(channel, filter)| {
         let (r, co) = (channel / c_out, channel % c_out);
-        for (ci, slots) in filter.chunks_exact_mut(taps).enumerate() {
-            let source = &w[(ci * c_out + co) * kernel..(ci * c_out + co + 1) * kernel];
+        let source = &by_out[co * per_out..(co + 1) * per_out];
+        for (slots, taps_of) in filter.chunks_exact_mut(taps).zip(source.chunks_exact(kernel)) {
             for (m, slot) in slots.iter_mut().enumerate() {
                 let k = r + (taps - 1 - m) * stride;
-                *slot = if k < kernel { source[k] } else { 0 };
+                *slot = if k < kernel { taps_of[k] } else { 0 };
             }
         }
     });
