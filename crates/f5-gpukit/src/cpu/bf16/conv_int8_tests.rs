@@ -425,6 +425,12 @@ fn fused_adain_snake_conv_gives_the_two_ops_bits_and_never_writes_the_scratch() 
             kit.conv1d(&conv, &t2, wb, Some(&bb), &mut y_raw).unwrap();
             assert_ne!(kit.download(&y_raw).unwrap(), got);
         }
+        // A filter bank one value short is refused with an error by both paths, not packed
+        // (reading past it) or run.
+        let short = if int8_filters { kit.upload_weight_int8(&w[1..]).unwrap() } else { kit.upload_weight(&w[1..]).unwrap() };
+        let (mut t, mut y) = (kit.alloc(n_t).unwrap(), kit.alloc(n_y).unwrap());
+        assert!(kit.conv1d(&conv, &xb, &short, Some(&bb), &mut y).is_err());
+        assert!(kit.instance_norm_snake_conv1d(&norm, &xb, None, Some(&sb), &ab, &conv, &short, Some(&bb), &mut t, &mut y).is_err());
         // A convolution over other rows than the norm's is refused, not run.
         let other = Conv1dSpec { n: 69, ..conv };
         let (mut t, mut y) = (kit.alloc(n_t).unwrap(), kit.alloc(n_y).unwrap());

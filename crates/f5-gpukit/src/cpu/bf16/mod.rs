@@ -69,6 +69,7 @@ mod test_rng;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rayon::prelude::*;
@@ -118,6 +119,14 @@ enum Repr {
     Int8(Box<conv_int8::PackedFilters>),
 }
 
+/// The reduced-precision kernel of a dense convolution ([`CpuBf16Backend::dense_kernel`]).
+enum DenseKernel<'w> {
+    /// The int8 kernel (VNNI, or the AMX int8 tiles), with the packed int8 filters.
+    Int8(Avx512Vnni, Cow<'w, conv_int8::PackedFilters>),
+    /// The bf16 kernel (AVX-512 BF16, or the AMX bf16 tiles), with the bf16 filters.
+    Bf16(Avx512Bf16, &'w [u16]),
+}
+
 impl CpuBuf {
     fn of(repr: Repr) -> Self {
         CpuBuf(repr, None)
@@ -126,13 +135,9 @@ impl CpuBuf {
     /// The int8 filter bank of this bf16 weight for `spec`, where it was uploaded for int8:
     /// packed on first use and kept, or packed for this call only if the bank kept is for
     /// another shape.
-    fn int8_filters(&self, spec: &Conv1dSpec, w: &[u16]) -> Option<std::borrow::Cow<'_, conv_int8::PackedFilters>> {
+    fn int8_filters(&self, spec: &Conv1dSpec, w: &[u16]) -> Option<Cow<'_, conv_int8::PackedFilters>> {
         let kept = self.1.as_ref()?.get_or_init(|| Box::new(conv_int8::PackedFilters::pack(spec, w)));
-        Some(if kept.fits(spec) {
-            std::borrow::Cow::Borrowed(&**kept)
-        } else {
-            std::borrow::Cow::Owned(conv_int8::PackedFilters::pack(spec, w))
-        })
+        Some(if kept.fits(spec) { Cow::Borrowed(&**kept) } else { Cow::Owned(conv_int8::PackedFilters::pack(spec, w)) })
     }
 
     /// Forgets a kept int8 bank: the values changed.
@@ -334,6 +339,28 @@ impl CpuBf16Backend {
         self.int8.is_some()
     }
 
+    /// The reduced-precision kernel a dense convolution with these filters runs on, as
+    /// `conv1d` and the fused AdaIN + Snake + convolution both choose it: int8 filters (held in
+    /// int8, or a bf16 weight uploaded for int8) on the int8 mode where it takes the shape, else
+    /// a bf16 weight on the bf16 kernel where the bf16 dot products pay. `None`: f32 arithmetic
+    /// (or, for filters held only in int8, a shape they were not packed for).
+    fn dense_kernel<'w>(&self, spec: &Conv1dSpec, weight: &'w CpuBuf) -> Option<DenseKernel<'w>> {
+        let int8 = self.int8.filter(|_| conv_int8::supports(spec));
+        match &weight.0 {
+            Repr::Int8(filters) => int8.filter(|_| filters.fits(spec)).map(|vnni| DenseKernel::Int8(vnni, Cow::Borrowed(&**filters))),
+            // Packed (once, kept) only for a bank of the spec's size: a wrong length is left to
+            // the caller's validation, which names it, rather than read past.
+            Repr::Bf16(w) => match int8
+                .filter(|_| w.len() == spec.c_out * spec.c_in * spec.kernel)
+                .and_then(|vnni| Some((vnni, weight.int8_filters(spec, w)?)))
+            {
+                Some((vnni, filters)) => Some(DenseKernel::Int8(vnni, filters)),
+                None => self.bf16_dot.filter(|_| spec.groups == 1).map(|cpu| DenseKernel::Bf16(cpu, w)),
+            },
+            Repr::F32(_) | Repr::F16(_) => None,
+        }
+    }
+
     /// The fused AdaIN + Snake + convolution, where the filters are int8 ones this backend's
     /// int8 mode takes for `conv`, or bf16 ones its bf16 kernel takes (the kernels `conv1d`
     /// would pick): the item's instance-norm statistics first, then each row the convolution
@@ -359,29 +386,13 @@ impl CpuBf16Backend {
         scratch_len: usize,
         out: &mut [f32],
     ) -> Result<bool> {
-        /// The kernel the filters take.
-        enum Kernel<'w> {
-            Int8(Avx512Vnni, std::borrow::Cow<'w, conv_int8::PackedFilters>),
-            Bf16(Avx512Bf16, &'w [u16]),
-        }
         if norm.n == 0 || norm.c == 0 {
             return Ok(false);
         }
-        let int8 = self.int8.filter(|_| conv_int8::supports(conv));
-        let kernel = match (&weight.0, int8) {
-            (Repr::Int8(filters), Some(vnni)) if filters.fits(conv) => Kernel::Int8(vnni, std::borrow::Cow::Borrowed(&**filters)),
-            (Repr::Bf16(w), _) => match int8.and_then(|vnni| Some((vnni, weight.int8_filters(conv, w)?))) {
-                Some((vnni, filters)) => Kernel::Int8(vnni, filters),
-                None => match self.bf16_dot.filter(|_| conv.groups == 1) {
-                    Some(cpu) => Kernel::Bf16(cpu, w),
-                    None => return Ok(false),
-                },
-            },
-            _ => return Ok(false),
-        };
+        let Some(kernel) = self.dense_kernel(conv, weight) else { return Ok(false) };
         let filters_len = match &kernel {
-            Kernel::Int8(_, filters) => filters.len(),
-            Kernel::Bf16(_, w) => w.len(),
+            DenseKernel::Int8(_, filters) => filters.len(),
+            DenseKernel::Bf16(_, w) => w.len(),
         };
         let (affine, style) = norm_operands(op, affine, style)?;
         let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
@@ -392,19 +403,12 @@ impl CpuBf16Backend {
         let InstanceNormSpec { batch, n, c, .. } = *norm;
         let n_out = conv.n_out();
         let item = |b: usize| {
-            let rows = crate::cpu::seq::RowNorm::of(
-                norm,
-                b,
-                &x[b * n * c..(b + 1) * n * c],
-                affine,
-                style,
-                Some((alpha, crate::cpu::simd::snake_row_f32)),
-            );
-            (&x[b * n * c..(b + 1) * n * c], rows)
+            let xb = &x[b * n * c..(b + 1) * n * c];
+            (xb, crate::cpu::seq::RowNorm::of(norm, b, xb, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32))))
         };
         let outputs = out[..batch * n_out * conv.c_out].chunks_mut((n_out * conv.c_out).max(1));
         self.f32.run(|| match &kernel {
-            Kernel::Int8(vnni, filters) => {
+            DenseKernel::Int8(vnni, filters) => {
                 for (b, yb) in outputs.enumerate() {
                     let (xb, rows) = item(b);
                     conv_int8::conv1d_item(
@@ -418,7 +422,7 @@ impl CpuBf16Backend {
                     );
                 }
             }
-            Kernel::Bf16(cpu, w) => conv::with_packed_filters(*cpu, self.amx_bf16, conv, w, bias, |dense| {
+            DenseKernel::Bf16(cpu, w) => conv::with_packed_filters(*cpu, self.amx_bf16, conv, w, bias, |dense| {
                 for (b, yb) in outputs.enumerate() {
                     let (xb, rows) = item(b);
                     dense.run(xb, Some(&|row: &[f32], mapped: &mut [f32]| rows.row(row, mapped)), 0, yb);
@@ -742,47 +746,43 @@ impl Backend for CpuBf16Backend {
     /// the f32 convolution.
     fn conv1d(&self, spec: &Conv1dSpec, x: &CpuBuf, weight: &CpuBuf, bias: Option<&CpuBuf>, y: &mut CpuBuf) -> Result<()> {
         let op = "conv1d";
-        let bias = bias.map(|b| b.f32(op)).transpose()?;
+        let bias_vec = bias.map(|b| b.f32(op)).transpose()?;
+        let bias = bias_vec.map(|b| b.as_slice());
         let (x, y) = (x.f32(op)?, y.f32_mut(op)?);
-        match &weight.0 {
-            Repr::F32(_) | Repr::F16(_) => {
-                let w = self.wide(op, weight)?;
-                self.f32.conv1d(spec, x, &w, bias, y)
-            }
-            Repr::Int8(filters) => {
+        match (self.dense_kernel(spec, weight), &weight.0) {
+            (Some(DenseKernel::Int8(vnni, filters)), _) => {
                 spec.validate(x.len(), filters.len(), bias.map(|b| b.len()), y.len())?;
-                let vnni = self.int8.filter(|_| conv_int8::supports(spec) && filters.fits(spec)).ok_or_else(|| {
-                    let (c_out, c_in, kernel) = filters.shape();
-                    shape_err(
-                        op,
-                        format!(
-                            "int8 filters packed for {c_out}×{c_in}×{kernel} (dense), asked for {}×{}×{} with {} groups{}",
-                            spec.c_out,
-                            spec.c_in,
-                            spec.kernel,
-                            spec.groups,
-                            if self.int8.is_none() { " on a backend without the int8 mode" } else { "" }
-                        ),
-                    )
-                })?;
-                let bias = bias.map(|b| b.as_slice());
-                self.f32.run(|| conv_int8::conv1d_dense(vnni, spec, x, filters, bias, y));
+                self.f32.run(|| conv_int8::conv1d_dense(vnni, spec, x, &filters, bias, y));
                 Ok(())
             }
-            Repr::Bf16(w) => {
+            (Some(DenseKernel::Bf16(cpu, w)), _) => {
                 spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
-                let bias_slice = bias.map(|b| b.as_slice());
-                let int8 = self.int8.filter(|_| conv_int8::supports(spec));
-                if let Some((vnni, filters)) = int8.and_then(|vnni| Some((vnni, weight.int8_filters(spec, w)?))) {
-                    self.f32.run(|| conv_int8::conv1d_dense(vnni, spec, x, &filters, bias_slice, y));
-                    Ok(())
-                } else if let Some(cpu) = self.bf16_dot.filter(|_| spec.groups == 1) {
-                    self.f32.run(|| conv::conv1d_dense(cpu, self.amx_bf16, spec, x, w, bias_slice, y));
-                    Ok(())
-                } else {
-                    self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv1d(spec, x, wide, bias_slice, y)));
-                    Ok(())
-                }
+                self.f32.run(|| conv::conv1d_dense(cpu, self.amx_bf16, spec, x, w, bias, y));
+                Ok(())
+            }
+            (None, Repr::Int8(filters)) => {
+                spec.validate(x.len(), filters.len(), bias.map(|b| b.len()), y.len())?;
+                let (c_out, c_in, kernel) = filters.shape();
+                Err(shape_err(
+                    op,
+                    format!(
+                        "int8 filters packed for {c_out}×{c_in}×{kernel} (dense), asked for {}×{}×{} with {} groups{}",
+                        spec.c_out,
+                        spec.c_in,
+                        spec.kernel,
+                        spec.groups,
+                        if self.int8.is_none() { " on a backend without the int8 mode" } else { "" }
+                    ),
+                ))
+            }
+            (None, Repr::Bf16(w)) => {
+                spec.validate(x.len(), w.len(), bias.map(|b| b.len()), y.len())?;
+                self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv1d(spec, x, wide, bias, y)));
+                Ok(())
+            }
+            (None, Repr::F32(_) | Repr::F16(_)) => {
+                let w = self.wide(op, weight)?;
+                self.f32.conv1d(spec, x, &w, bias_vec, y)
             }
         }
     }
