@@ -1,15 +1,18 @@
 //! GEMM throughput of the CPU backend, f32 (`CpuBackend`, the `gemm` crate) against bf16
-//! weights (`CpuBf16Backend`, AVX-512 BF16), on the GEMM shapes of the full-size F5 DiT
-//! (dim 1024, ff 2048, CFG batch 2 × 1000 frames = 2000 rows), and the error of the bf16 result
-//! against f32 on Gaussian activations and weights at the scale of a trained Linear (1/√k).
+//! weights (`CpuBf16Backend`, AVX-512 BF16) and split-bf16 ones (`upload_linear_weight_near_f32`:
+//! on the AMX bf16 tiles where the CPU has them, else f32), on the GEMM shapes of the full-size
+//! F5 DiT (dim 1024, ff 2048, CFG batch 2 × 1000 frames = 2000 rows) or of Kokoro's ALBERT
+//! (`--shapes albert`: hidden 768, ff 2048), and the error of each result against f32 on
+//! Gaussian activations and weights at the scale of a trained Linear (1/√k).
 //!
 //! ```sh
 //! cargo run --release -p f5-gpukit --example bf16_gemm -- --threads 2
 //! ```
 //!
 //! Options: `--threads N` (default 2), `--rows M` (default 2000), `--min-seconds S` (time per
-//! shape and precision, default 2; the best run is reported). Prints one line per shape:
-//! GFLOP/s of each, the speed-up, and rel-L2(bf16 − f32)/‖f32‖. Timings are printed, never asserted.
+//! shape and precision, default 2; the best run is reported), `--shapes dit|albert`. Prints one
+//! line per shape: GFLOP/s of each, the speed-ups against f32, and rel-L2(x − f32)/‖f32‖.
+//! Timings are printed, never asserted.
 
 use std::time::Instant;
 
@@ -50,7 +53,7 @@ fn best_of(min_seconds: f64, mut f: impl FnMut() -> AnyResult<()>) -> AnyResult<
 static ALLOCATOR: f5_gpukit::LineAligned = f5_gpukit::LineAligned;
 
 fn main() -> AnyResult<()> {
-    let (mut threads, mut rows, mut min_seconds) = (2usize, 2000usize, 2.0f64);
+    let (mut threads, mut rows, mut min_seconds, mut albert) = (2usize, 2000usize, 2.0f64, false);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -58,16 +61,24 @@ fn main() -> AnyResult<()> {
             "--threads" => threads = value.parse()?,
             "--rows" => rows = value.parse()?,
             "--min-seconds" => min_seconds = value.parse()?,
+            "--shapes" if value == "dit" || value == "albert" => albert = value == "albert",
             _ => return Err(format!("unknown option {flag}").into()),
         }
     }
     let f32_kit = CpuBackend::with_threads(threads)?;
     let bf16_kit = CpuBf16Backend::with_threads(threads)?;
     println!("{threads} threads, {rows} rows; GFLOP/s = 2·m·k·n / best time");
-    println!("{:<28} {:>10} {:>10} {:>8} {:>12}", "GEMM m×k×n (Linear)", "f32", "bf16", "speed-up", "rel-L2 bf16");
+    println!(
+        "{:<28} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12} {:>12}",
+        "GEMM m×k×n (Linear)", "f32", "bf16", "split", "bf16 ×", "split ×", "rel-L2 bf16", "rel-L2 split"
+    );
     // The DiT's Linears: attention out (1024→1024), fused qkv (1024→3072), feed-forward in
-    // (1024→2048) and out (2048→1024), and the 4096-wide shape of the issue's list.
-    for (name, k, n) in [("out", 1024, 1024), ("ff1", 1024, 2048), ("qkv", 1024, 3072), ("wide", 1024, 4096), ("ff2", 2048, 1024)] {
+    // (1024→2048) and out (2048→1024), and the 4096-wide shape of the issue's list. ALBERT's:
+    // fused qkv (768→2304), attention out (768→768), feed-forward in and out.
+    let dit = [("out", 1024, 1024), ("ff1", 1024, 2048), ("qkv", 1024, 3072), ("wide", 1024, 4096), ("ff2", 2048, 1024)];
+    let albert_shapes = [("qkv", 768, 2304), ("out", 768, 768), ("ff1", 768, 2048), ("ff2", 2048, 768)];
+    let shapes: &[(&str, usize, usize)] = if albert { &albert_shapes } else { &dit };
+    for &(name, k, n) in shapes {
         let m = rows;
         let x = normal(m * k, 1, 1.0);
         let w = normal(n * k, 2, 1.0 / (k as f32).sqrt());
@@ -82,17 +93,24 @@ fn main() -> AnyResult<()> {
         let mut yb = bf16_kit.alloc(m * n)?;
         let t16 = best_of(min_seconds, || Ok(bf16_kit.gemm(&spec, &xb, &wb, Some(&bb), &mut yb)?))?;
 
-        let (y32, y16) = (f32_kit.download(&ya)?, bf16_kit.download(&yb)?);
-        let num: f64 = y32.iter().zip(&y16).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
+        let ws = bf16_kit.upload_linear_weight_near_f32(&w, n, k)?;
+        let mut ys = bf16_kit.alloc(m * n)?;
+        let tsplit = best_of(min_seconds, || Ok(bf16_kit.gemm(&spec, &xb, &ws, Some(&bb), &mut ys)?))?;
+
+        let (y32, y16, ysplit) = (f32_kit.download(&ya)?, bf16_kit.download(&yb)?, bf16_kit.download(&ys)?);
         let den: f64 = y32.iter().map(|&a| (a as f64).powi(2)).sum();
+        let rel = |y: &[f32]| (y32.iter().zip(y).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum::<f64>() / den).sqrt();
         let flops = 2.0 * (m * k * n) as f64;
         println!(
-            "{:<28} {:>10.1} {:>10.1} {:>7.2}× {:>12.2e}",
+            "{:<28} {:>10.1} {:>10.1} {:>10.1} {:>7.2}× {:>7.2}× {:>12.2e} {:>12.2e}",
             format!("{name} {m}×{k}×{n}"),
             flops / t32 / 1e9,
             flops / t16 / 1e9,
+            flops / tsplit / 1e9,
             t32 / t16,
-            (num / den).sqrt()
+            t32 / tsplit,
+            rel(&y16),
+            rel(&ysplit)
         );
     }
     Ok(())

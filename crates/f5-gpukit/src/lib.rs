@@ -240,6 +240,21 @@ pub trait Backend: Send + Sync {
     fn upload_weight_compact(&self, data: &[f32]) -> Result<Self::Buf> {
         self.upload(data)
     }
+    /// Uploads a `Linear` layer's weight `[out, inp]` (PyTorch's layout) whose products must stay
+    /// close to f32 (layers measured to need more than bf16's 8 bits), where a backend may hold it
+    /// in a form it multiplies faster at about 16 significant bits: the CPU bf16 backend on AMX
+    /// splits each value into two bf16 parts, `hi + lo`, and computes `gemm` in the `Linear`
+    /// layout ([`GemmSpec::linear`] with this `inp` and `out`) as three bf16 products summed in
+    /// f32, within ~2⁻¹⁴ of each exact product instead of bf16's 2⁻⁷. Such a buffer is
+    /// read-only: writes and fills are refused, and every other op (or another layout) reads
+    /// the values it computes with. Refuses `data` that is not `out·inp` values. Defaults to
+    /// [`Backend::upload`]: exact f32.
+    fn upload_linear_weight_near_f32(&self, data: &[f32], out: usize, inp: usize) -> Result<Self::Buf> {
+        if out.checked_mul(inp) != Some(data.len()) {
+            return Err(shape_err("upload_linear_weight_near_f32", format!("{} values for a {out}×{inp} weight", data.len())));
+        }
+        self.upload(data)
+    }
     /// Runs host-side work of a model (Kokoro's sine source) on the threads this backend
     /// computes with, so that rayon's parallel iterators inside `work` use as many threads as
     /// the backend's own ops: the CPU backends install their pool; the default runs `work` on

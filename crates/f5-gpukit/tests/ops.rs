@@ -151,6 +151,21 @@ pub fn gemm<B: Backend>(kit: &B) {
         let mut cb = guarded(kit, &c0);
         kit.gemm(&spec, &ab, &bc, with_bias.then_some(&biasb), &mut cb).unwrap();
         assert_close(&take(kit, &cb, c_len, "gemm"), &want, |_| tol, &format!("gemm {spec:?} bias={with_bias} B compact"));
+        // B as a `Linear` weight kept near f32 (`upload_linear_weight_near_f32`: split into two
+        // bf16 parts on the bf16 CPU backend with AMX, f32 elsewhere), for the plain `Linear`
+        // cases: each product is within 3·2⁻¹⁶ of the exact one, relative (both operands carry
+        // 16 bits, the lo·lo product is dropped), which adds 5e-5 per product of magnitude ≤ 1
+        // to the bound; a wrong element is still off by O(1).
+        let linear = GemmSpec::linear(spec.m, spec.k, spec.n);
+        if spec.batch == 1 && spec.beta == 0.0 && spec.a == linear.a && spec.b == linear.b && spec.c == linear.c {
+            let w = &b[..spec.n * spec.k];
+            let bn = kit.upload_linear_weight_near_f32(w, spec.n, spec.k).unwrap();
+            let want = ref_gemm(&spec, &a, w, with_bias.then_some(&bias[..]), &c0);
+            let mut cb = guarded(kit, &c0);
+            kit.gemm(&spec, &ab, &bn, with_bias.then_some(&biasb), &mut cb).unwrap();
+            let tol = tol + 5e-5 * spec.k as f64;
+            assert_close(&take(kit, &cb, c_len, "gemm"), &want, |_| tol, &format!("gemm {spec:?} bias={with_bias} B near f32"));
+        }
     }
 }
 

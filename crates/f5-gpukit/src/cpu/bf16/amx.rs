@@ -233,6 +233,46 @@ pub(crate) mod x86 {
         }
     }
 
+    /// The f32 sums of a 32 × 32 tile, row-major, as [`store_c_tiles`] lays out the C tiles.
+    #[repr(C, align(64))]
+    pub(crate) struct F32Sums([f32; 4 * TILE_ROWS * TILE_ROWS]);
+
+    impl F32Sums {
+        pub(crate) fn zero() -> Self {
+            F32Sums([0.0; 4 * TILE_ROWS * TILE_ROWS])
+        }
+    }
+
+    /// Stores the f32 C tiles (tmm0–3) into `acc`, then `out[r·ldy + j] = bias[j] + acc[r][j]`
+    /// for `r < rows`, `j < width` (`bias` null: no bias).
+    ///
+    /// # Safety
+    /// The tiles configured ([`Tiles::load`]) and holding f32 sums; AVX-512 F present (every
+    /// CPU with AMX has it); `bias` null or `width` values; `out` `(rows − 1)·ldy + width`, with
+    /// `rows, width ≤ 32`.
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn store_f32_sums(acc: &mut F32Sums, bias: *const f32, out: *mut f32, ldy: usize, rows: usize, width: usize) {
+        use std::arch::x86_64::{_mm512_add_ps, _mm512_load_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_setzero_ps};
+        const COLS: usize = 2 * TILE_ROWS;
+        let lanes = |n: usize| if n >= 16 { 0xFFFFu16 } else { ((1u32 << n) - 1) as u16 };
+        // SAFETY: the tile stores write the 4 KiB `acc`; the loads and stores after are masked
+        // to `width` columns and `rows` rows.
+        unsafe {
+            store_c_tiles(acc.0.as_mut_ptr());
+            for h in 0..COLS / 16 {
+                let m = lanes(width.saturating_sub(16 * h));
+                if m == 0 {
+                    continue;
+                }
+                let b = if bias.is_null() { _mm512_setzero_ps() } else { _mm512_maskz_loadu_ps(m, bias.wrapping_add(16 * h)) };
+                for r in 0..rows {
+                    let f = _mm512_load_ps(acc.0.as_ptr().add(r * COLS + 16 * h));
+                    _mm512_mask_storeu_ps(out.add(r * ldy + 16 * h), m, _mm512_add_ps(b, f));
+                }
+            }
+        }
+    }
+
     impl Drop for Tiles {
         fn drop(&mut self) {
             // SAFETY: the tiles were configured by `load`; releasing returns them to init state.

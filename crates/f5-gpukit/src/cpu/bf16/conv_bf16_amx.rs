@@ -171,19 +171,10 @@ mod block {
     }
 
     mod x86 {
-        use super::{AmxBf16, MR, NR, TILE_PAIRS};
+        use super::{AmxBf16, NR, TILE_PAIRS};
         pub(super) use crate::cpu::bf16::amx::x86::Tiles;
-        use std::arch::x86_64::*;
 
-        /// The f32 sums of a 32 × 32 tile, row-major.
-        #[repr(C, align(64))]
-        pub(in super::super) struct Sums([f32; MR * NR]);
-
-        impl Sums {
-            pub(in super::super) fn zero() -> Self {
-                Sums([0.0; MR * NR])
-            }
-        }
+        pub(in super::super) use crate::cpu::bf16::amx::x86::F32Sums as Sums;
 
         /// One tap's operands: the two A tiles' first rows and strides (dwords), the tap's
         /// panel `[pairs][NR]`.
@@ -226,7 +217,6 @@ mod block {
         ///
         /// # Safety
         /// The tiles configured; `bias` null or `width` values; `out` `(rows − 1)·ldy + width`.
-        #[target_feature(enable = "avx512f")]
         pub(in super::super) unsafe fn store(
             _amx: AmxBf16,
             acc: &mut Sums,
@@ -236,23 +226,8 @@ mod block {
             rows: usize,
             width: usize,
         ) {
-            let lanes = |n: usize| if n >= 16 { 0xFFFFu16 } else { ((1u32 << n) - 1) as u16 };
-            // SAFETY: the tile stores write the 4 KiB `acc`; the loads and stores after are masked
-            // to `width` columns and `rows` rows.
-            unsafe {
-                crate::cpu::bf16::amx::x86::store_c_tiles(acc.0.as_mut_ptr());
-                for h in 0..NR / 16 {
-                    let m = lanes(width.saturating_sub(16 * h));
-                    if m == 0 {
-                        continue;
-                    }
-                    let b = if bias.is_null() { _mm512_setzero_ps() } else { _mm512_maskz_loadu_ps(m, bias.wrapping_add(16 * h)) };
-                    for r in 0..rows {
-                        let f = _mm512_load_ps(acc.0.as_ptr().add(r * NR + 16 * h));
-                        _mm512_mask_storeu_ps(out.add(r * ldy + 16 * h), m, _mm512_add_ps(b, f));
-                    }
-                }
-            }
+            // SAFETY: `_amx` proves the tiles (and with them AVX-512 F); the rest is the caller's.
+            unsafe { crate::cpu::bf16::amx::x86::store_f32_sums(acc, bias, out, ldy, rows, width) }
         }
     }
 }

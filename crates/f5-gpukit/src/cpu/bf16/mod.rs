@@ -34,6 +34,13 @@
 //! what the f32 backend computes on the f16-rounded values. A weight with a value beyond f16's
 //! range (65504) is kept in f32 instead.
 //!
+//! A `Linear` weight uploaded with [`Backend::upload_linear_weight_near_f32`] (layers that need
+//! more than bf16 but not all of f32) is, where the AMX bf16 tiles run, split into two bf16
+//! parts per value and packed for the tiles ([`linear_split_amx`]): `gemm` in the `Linear`
+//! layout multiplies it in three bf16 products per f32 product (~2⁻¹⁴ relative each, 2.3–3.5×
+//! the f32 GEMM's speed on ALBERT's shapes), every other op reads `hi + lo`. Without the tiles
+//! it is a plain f32 buffer.
+//!
 //! The int8 mode ([`CpuBf16Backend::with_int8_convs`], AVX-512 VNNI as well): dense convolutions
 //! whose filters were uploaded with `upload_weight_int8` run on the int8 kernel of [`conv_int8`]
 //! (per-channel int8 filters, per-row int8 activations, exact i32 sums per tap); the weight keeps
@@ -64,6 +71,9 @@ pub(crate) mod conv_transpose;
 #[cfg(test)]
 mod conv_transpose_tests;
 pub(crate) mod gemm;
+pub(crate) mod linear_split_amx;
+#[cfg(test)]
+mod linear_split_tests;
 #[cfg(test)]
 mod test_rng;
 #[cfg(test)]
@@ -117,6 +127,10 @@ enum Repr {
     /// form only (one byte a value, against two for bf16 plus one for a kept int8 copy): read-only,
     /// read back as the values it computes with.
     Int8(Box<conv_int8::PackedFilters>),
+    /// A `Linear` weight whose products stay close to f32, split into bf16 `hi` and `lo` parts
+    /// and packed for the AMX bf16 tiles ([`Backend::upload_linear_weight_near_f32`]): read-only,
+    /// read back as `hi + lo`.
+    Split(Box<linear_split_amx::SplitLinear>),
 }
 
 /// The reduced-precision kernel of a dense convolution ([`CpuBf16Backend::dense_kernel`]).
@@ -163,6 +177,7 @@ impl CpuBuf {
             Repr::Bf16(v) => v.len(),
             Repr::F16(v) => v.len(),
             Repr::Int8(p) => p.len(),
+            Repr::Split(w) => w.len(),
         }
     }
 
@@ -170,7 +185,7 @@ impl CpuBuf {
     fn f32(&self, op: &'static str) -> Result<&Vec<f32>> {
         match &self.0 {
             Repr::F32(v) => Ok(v),
-            Repr::Bf16(_) | Repr::F16(_) | Repr::Int8(_) => Err(not_f32(op, &self.0)),
+            Repr::Bf16(_) | Repr::F16(_) | Repr::Int8(_) | Repr::Split(_) => Err(not_f32(op, &self.0)),
         }
     }
 
@@ -186,7 +201,7 @@ impl CpuBuf {
         match &self.0 {
             Repr::F32(v) => Some(Operand::F32(v)),
             Repr::Bf16(v) => Some(Operand::Bf16(v)),
-            Repr::F16(_) | Repr::Int8(_) => None,
+            Repr::F16(_) | Repr::Int8(_) | Repr::Split(_) => None,
         }
     }
 
@@ -203,6 +218,7 @@ impl CpuBuf {
             }
             Repr::F16(v) => v[offset..end].convert_to_f32_slice(out),
             Repr::Int8(p) => p.dequantize_into(offset, out),
+            Repr::Split(w) => w.read_into(offset, out),
         }
         Ok(())
     }
@@ -222,6 +238,7 @@ impl CpuBuf {
             }
             Repr::F16(v) => v[offset..end].convert_from_f32_slice(data),
             Repr::Int8(_) => return Err(int8_read_only(op)),
+            Repr::Split(_) => return Err(split_read_only(op)),
         }
         Ok(())
     }
@@ -232,12 +249,20 @@ fn int8_read_only(op: &'static str) -> KitError {
     shape_err(op, "operand is an int8 filter bank (upload_conv_filters_int8 in the int8 mode), which is read-only")
 }
 
+/// A write to a split Linear weight: refused, the values left as they were.
+fn split_read_only(op: &'static str) -> KitError {
+    shape_err(op, "operand is a split Linear weight (upload_linear_weight_near_f32 on the bf16 CPU backend), which is read-only")
+}
+
 fn not_f32(op: &'static str, repr: &Repr) -> KitError {
     shape_err(
         op,
         match repr {
             Repr::Int8(_) => {
                 "operand is an int8 filter bank (upload_conv_filters_int8 in the int8 mode); only conv1d with the shape it was packed for and the read calls take it"
+            }
+            Repr::Split(_) => {
+                "operand is a split Linear weight (upload_linear_weight_near_f32 on the bf16 CPU backend); only gemm, the ops that read weights in f32 and the read calls take it"
             }
             Repr::F16(_) => {
                 "operand is an f16 weight (upload_weight_compact on the bf16 CPU backend); only gemm, conv1d, conv_transpose1d, lstm's recurrent weights and the copy/read/write calls take it"
@@ -265,6 +290,30 @@ impl std::ops::Deref for Wide<'_> {
 }
 
 impl CpuBf16Backend {
+    /// `y = x · Wᵀ + bias` with `W` a split `Linear` weight, in its `Linear` layout and shape,
+    /// on the AMX bf16 tiles (`linear_split_amx`). `None` where that does not apply (another
+    /// operand, layout or shape, a batched or accumulating product, the tiles turned off since
+    /// the upload): the caller runs the f32 GEMM, which reads the weight as `hi + lo`.
+    fn gemm_split(&self, spec: &GemmSpec, a: &CpuBuf, b: &CpuBuf, bias: Option<&Vec<f32>>, c: &mut CpuBuf) -> Option<Result<()>> {
+        let (Repr::F32(x), Repr::Split(w), Some(amx), Some(cpu)) = (&a.0, &b.0, self.amx_bf16, self.bf16_dot) else { return None };
+        let GemmSpec { m, n, k, .. } = *spec;
+        let linear = GemmSpec::linear(m, k, n);
+        let plain = spec.batch == 1 && spec.beta == 0.0 && spec.a == linear.a && spec.b == linear.b && spec.c == linear.c;
+        if !plain || w.shape() != (n, k) {
+            return None;
+        }
+        let c = match c.f32_mut("gemm") {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
+        if let Err(e) = spec.validate(x.len(), w.len(), c.len(), bias.map(|b| b.len())) {
+            return Some(Err(e));
+        }
+        let bias = bias.map(|b| b.as_slice());
+        self.f32.run(|| linear_split_amx::linear(amx, cpu, w, &x[..m * k], m, bias, &mut c[..m * n]));
+        Some(Ok(()))
+    }
+
     /// In the int8 mode, `y = x · Wᵀ + bias` with `W` a weight uploaded for int8 runs on the int8
     /// convolution kernel as a one-tap convolution (a `Linear`'s `[out, in]` weight is a
     /// `[c_out, c_in, 1]` filter bank): per-row int8 activations, per-output-channel int8
@@ -357,7 +406,7 @@ impl CpuBf16Backend {
                 Some((vnni, filters)) => Some(DenseKernel::Int8(vnni, filters)),
                 None => self.bf16_dot.filter(|_| spec.groups == 1).map(|cpu| DenseKernel::Bf16(cpu, w)),
             },
-            Repr::F32(_) | Repr::F16(_) => None,
+            Repr::F32(_) | Repr::F16(_) | Repr::Split(_) => None,
         }
     }
 
@@ -493,16 +542,19 @@ impl CpuBf16Backend {
         }
     }
 
-    /// `buf`'s values as f32 for `op`: an f16 weight widened (exactly), an f32 buffer as it is;
-    /// a bf16 weight is refused (the ops that take those handle them before asking). The widened
+    /// `buf`'s values as f32 for `op`: an f16 weight widened (exactly), a split one as `hi + lo`,
+    /// an f32 buffer as it is; a bf16 weight is refused (the ops that take those handle them
+    /// before asking). The widened
     /// copy is freed with the op rather than kept: a kept scratch would hold the largest weight's
     /// f32 size for the model's lifetime, while a freed one is reused by the allocator.
     fn wide<'a>(&self, op: &'static str, buf: &'a CpuBuf) -> Result<Wide<'a>> {
-        let Repr::F16(v) = &buf.0 else { return buf.f32(op).map(Wide::Held) };
+        if !matches!(buf.0, Repr::F16(_) | Repr::Split(_)) {
+            return buf.f32(op).map(Wide::Held);
+        }
         let mut out = Vec::new();
-        out.try_reserve_exact(v.len()).map_err(|_| KitError::OutOfMemory(v.len()))?;
-        out.resize(v.len(), 0.0);
-        v.convert_to_f32_slice(&mut out);
+        out.try_reserve_exact(buf.len()).map_err(|_| KitError::OutOfMemory(buf.len()))?;
+        out.resize(buf.len(), 0.0);
+        buf.read_into(op, 0, &mut out)?;
         Ok(Wide::Owned(out))
     }
 }
@@ -572,6 +624,21 @@ impl Backend for CpuBf16Backend {
         v.resize(data.len(), f16::ZERO);
         v.convert_from_f32_slice(data);
         Ok(CpuBuf::of(Repr::F16(v)))
+    }
+
+    /// Where the AMX bf16 tiles run (see [`CpuBf16Backend::amx_convs`]): split into bf16 `hi`
+    /// and `lo` parts and packed for the tiles, held in that form only (as many bytes as f32),
+    /// so that `gemm` in the `Linear` layout runs it at ~2⁻¹⁶ per product (module
+    /// `linear_split_amx`). Elsewhere exact f32: the tiles are what make it pay.
+    fn upload_linear_weight_near_f32(&self, data: &[f32], out: usize, inp: usize) -> Result<CpuBuf> {
+        if out.checked_mul(inp) != Some(data.len()) {
+            return Err(shape_err("upload_linear_weight_near_f32", format!("{} values for a {out}×{inp} weight", data.len())));
+        }
+        if self.amx_bf16.is_none() {
+            return self.upload(data);
+        }
+        let packed = self.f32.run(|| linear_split_amx::SplitLinear::pack(data, out, inp));
+        Ok(CpuBuf::of(Repr::Split(Box::new(packed))))
     }
 
     /// In the int8 mode: stored as bf16, marked so that dense convolutions with it run on the
@@ -649,6 +716,7 @@ impl Backend for CpuBf16Backend {
                 Ok(())
             }
             Repr::Int8(_) => Err(int8_read_only("fill")),
+            Repr::Split(_) => Err(split_read_only("fill")),
         }
     }
 
@@ -657,6 +725,9 @@ impl Backend for CpuBf16Backend {
     /// on the weight widened).
     fn gemm(&self, spec: &GemmSpec, a: &CpuBuf, b: &CpuBuf, bias: Option<&CpuBuf>, c: &mut CpuBuf) -> Result<()> {
         let bias = bias.map(|b| b.f32("gemm")).transpose()?;
+        if let Some(done) = self.gemm_split(spec, a, b, bias, c) {
+            return done;
+        }
         if !a.is_bf16() && !b.is_bf16() {
             let (a, b) = (self.wide("gemm", a)?, self.wide("gemm", b)?);
             return self.f32.gemm(spec, &a, &b, bias, c.f32_mut("gemm")?);
@@ -780,7 +851,7 @@ impl Backend for CpuBf16Backend {
                 self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv1d(spec, x, wide, bias, y)));
                 Ok(())
             }
-            (None, Repr::F32(_) | Repr::F16(_)) => {
+            (None, Repr::F32(_) | Repr::F16(_) | Repr::Split(_)) => {
                 let w = self.wide(op, weight)?;
                 self.f32.conv1d(spec, x, &w, bias_vec, y)
             }
@@ -839,7 +910,7 @@ impl Backend for CpuBf16Backend {
         let bias = bias.map(|b| b.f32(op)).transpose()?;
         let (x, y) = (x.f32(op)?, y.f32_mut(op)?);
         match &weight.0 {
-            Repr::F32(_) | Repr::F16(_) | Repr::Int8(_) => {
+            Repr::F32(_) | Repr::F16(_) | Repr::Int8(_) | Repr::Split(_) => {
                 let w = self.wide(op, weight)?;
                 self.f32.conv_transpose1d(spec, x, &w, bias, y)
             }
