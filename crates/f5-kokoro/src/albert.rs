@@ -49,7 +49,7 @@ impl<B: Backend> Albert<B> {
             token_type0: types[..e].to_vec(),
             emb_norm,
             mapping_in,
-            qkv: Linear { weight: l.upload_gemm_weight(kit, &qkv_w)?, bias: Some(kit.upload(&qkv_b)?), out: 3 * h, inp: h },
+            qkv: Linear { weight: l.upload_linear_weight(kit, &qkv_w, 3 * h, h)?, bias: Some(kit.upload(&qkv_b)?), out: 3 * h, inp: h },
             dense: Linear::load(&mut l, kit, "attention.dense", h, h)?,
             attn_norm: LayerNorm::load(&mut l, kit, "attention.LayerNorm", h, ALBERT_EPS)?,
             ffn: Linear::load(&mut l, kit, "ffn", ff, h)?,

@@ -64,9 +64,14 @@ impl<B: Backend> Kokoro<B> {
         // carry the bf16 speed-up. Past ALBERT its weights (22 M) are stored as f16 where the
         // backend can (the bf16 CPU backend: 45 MB less): on the int8-derived weights F0's and
         // N's rel-L2 against f32 stay at bf16's own 9.2e-4 / 3.5e-4 and no duration moves (the
-        // short input, `kokoro_cpu_time`). ALBERT's own (6 M, each used by all 12 layers) stay f32:
-        // stored as f16 they double F0's and N's error (1.9e-3 / 6.7e-4).
-        w.set_storage(WeightStorage::F32);
+        // short input, `kokoro_cpu_time`). ALBERT's own (6 M, each used by all 12 layers) keep
+        // 16 bits: stored as f16 they double F0's and N's error (1.9e-3 / 6.7e-4). Where the CPU
+        // has AMX its Linears run split into two bf16 parts per value on the tiles
+        // (`upload_linear_weight_near_f32`, ~2⁻¹⁴ per product): ALBERT 1.8–2× faster, and on the
+        // small random-weight model F0/N against f32 stay within 4 % of the f32 products' figures
+        // (tests/bf16_cpu.rs); on the int8-derived weights F0 went 6.9e-4 → 1.0e-3 and N
+        // 5.9e-4 → 4.4e-4, no duration moving (the short input). Elsewhere they are exact f32.
+        w.set_storage(WeightStorage::NearF32);
         let albert = Albert::load(&mut w.scope("bert"), &kit, c.n_token, &c.plbert)?;
         w.set_storage(WeightStorage::F32Compact);
         let bert_encoder = Linear::load(&mut w.root(), &kit, "bert_encoder", c.hidden_dim, c.plbert.hidden_size)?;

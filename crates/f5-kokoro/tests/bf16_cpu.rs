@@ -32,8 +32,10 @@ use f5_kokoro::{Kokoro, SourceSpectrum, Trace};
 const AUDIO_REL_L2: f64 = 1e-2;
 
 /// F0 and N rel-L2 from the first half, which computes in f32 on the bf16 backend (only
-/// ALBERT's attention computes in bf16; past ALBERT the weights are stored as f16). Measured on
-/// the small random-weight model: F0 2.5e-4 / 6.6e-4, N 8.4e-4 / 2.5e-3 (tiny / 510 phonemes);
+/// ALBERT's attention computes in bf16; past ALBERT the weights are stored as f16; on a CPU
+/// with AMX, ALBERT's Linears are split-bf16 products at ~16 bits). Measured on the small
+/// random-weight model: F0 2.5e-4 / 6.6e-4, N 8.4e-4 / 2.5e-3 (tiny / 510 phonemes; with the
+/// split Linears F0 2.7e-4 / 6.7e-4, N 8.3e-4 / 2.6e-3);
 /// with f32 storage it was F0 9.6e-5 / 2.6e-4, N 2.0e-4 / 8.2e-4 (on the int8-derived full
 /// weights the f16 storage moves neither, `kokoro_cpu_time`: random weights are the harsher
 /// case). With the first half's Linears in bf16, as the model first loaded them, the same runs

@@ -43,6 +43,12 @@ pub enum WeightStorage {
     /// memory; plain f32 elsewhere). For such layers when their outputs were measured to
     /// tolerate f16 rounding of the weights.
     F32Compact,
+    /// `Linear` weights (a 2-D [`Scope::gemm_weight`], [`Scope::upload_linear_weight`]) through
+    /// [`Backend::upload_linear_weight_near_f32`]: computed to about 16 significant bits where a
+    /// backend has a faster way than f32 arithmetic (the bf16 CPU backend on AMX: two bf16 parts
+    /// per value, ~2⁻¹⁴ per product), exactly f32 elsewhere; everything else as
+    /// [`WeightStorage::F32`]. For layers measured to need more than bf16 and not all of f32.
+    NearF32,
 }
 
 /// The canonical form of a tensor name (see [`Weights`]).
@@ -240,10 +246,14 @@ impl Scope<'_> {
     }
 
     /// A weight that feeds GEMMs: uploaded through [`Backend::upload_weight`], so a backend may
-    /// keep a faster lower-precision copy.
+    /// keep a faster lower-precision copy (a 2-D one, a `Linear`'s `[out, inp]`, as
+    /// [`Scope::upload_linear_weight`] uploads it).
     pub fn gemm_weight<B: Backend>(&mut self, kit: &B, name: &str, shape: &[usize]) -> Result<B::Buf> {
         let data = self.host_normed(name, shape)?;
-        self.upload_gemm_weight(kit, &data)
+        match *shape {
+            [out, inp] => self.upload_linear_weight(kit, &data, out, inp),
+            _ => self.upload_gemm_weight(kit, &data),
+        }
     }
 
     /// As [`Scope::gemm_weight`], through [`Backend::upload_weight_int8`]: a backend with an int8
@@ -278,6 +288,16 @@ impl Scope<'_> {
         match self.w.storage {
             WeightStorage::Fast => Ok(kit.upload_weight(data)?),
             _ => self.upload_f32_weight(kit, data),
+        }
+    }
+
+    /// A `Linear` weight `[out, inp]` (several layers' fused into one, say) as
+    /// [`Scope::upload_gemm_weight`] uploads it, except under [`WeightStorage::NearF32`]:
+    /// through [`Backend::upload_linear_weight_near_f32`].
+    pub fn upload_linear_weight<B: Backend>(&self, kit: &B, data: &[f32], out: usize, inp: usize) -> Result<B::Buf> {
+        match self.w.storage {
+            WeightStorage::NearF32 => Ok(kit.upload_linear_weight_near_f32(data, out, inp)?),
+            _ => self.upload_gemm_weight(kit, data),
         }
     }
 
