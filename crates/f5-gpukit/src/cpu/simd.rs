@@ -509,6 +509,39 @@ dispatch! {
     }
 }
 
+/// IEEE f16 values widened exactly to f32 (`dst[i] = src[i]` for `i < min(len)`): 16 at a time
+/// with AVX-512's `vcvtph2ps` where the CPU has it, inline, else the `half` crate's conversion
+/// (F16C where present). The f16-stored weights are widened per op, and the crate's call per 8
+/// values through the stack cost ~3 % of a short Kokoro forward.
+pub fn widen_f16(src: &[half::f16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    let (src, dst) = (&src[..n], &mut dst[..n]);
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: the CPU has AVX-512 F; the kernel reads `n` halves and writes `n` floats.
+        unsafe { widen_f16_avx512(src, dst) };
+        return;
+    }
+    half::slice::HalfFloatSliceExt::convert_to_f32_slice(src, dst);
+}
+
+/// # Safety
+/// AVX-512 F present; `src` and `dst` have the same length.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn widen_f16_avx512(src: &[half::f16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps, _mm512_storeu_ps};
+    let whole = src.len() / 16 * 16;
+    for i in (0..whole).step_by(16) {
+        // SAFETY: 16 halves (32 bytes) from `i` and 16 floats from `i` lie inside the slices.
+        unsafe {
+            let h = _mm256_loadu_si256(src.as_ptr().add(i) as *const __m256i);
+            _mm512_storeu_ps(dst.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
+        }
+    }
+    half::slice::HalfFloatSliceExt::convert_to_f32_slice(&src[whole..], &mut dst[whole..]);
+}
+
 dispatch! {
     /// `sums[j] += rows[r·c + j]` in f64 for every row of `rows` (`c = sums.len()`): instance
     /// norm's per-channel sums. Each channel's sum runs over the rows in order whatever the
@@ -1130,6 +1163,22 @@ mod tests {
                 let s = (alpha[j] as f64 * x0[j] as f64).sin();
                 let want = x0[j] as f64 + s * s / alpha[j] as f64;
                 assert!((x[j] as f64 - want).abs() <= 2e-7 * (1.0 + want.abs()), "{x0:?}[{j}]: {} vs {want}", x[j]);
+            }
+        }
+    }
+
+    /// Every f16 bit pattern widens to the value the `half` crate gives (NaNs to NaNs), through
+    /// the vector body and the tail alike.
+    #[test]
+    fn widen_f16_gives_every_value_exactly() {
+        let all: Vec<half::f16> = (0..=u16::MAX).map(half::f16::from_bits).collect();
+        for len in [all.len(), 15, 17, 33] {
+            let src = &all[all.len() - len..];
+            let mut got = vec![0.0f32; len];
+            widen_f16(src, &mut got);
+            for (h, g) in src.iter().zip(&got) {
+                let want = h.to_f32();
+                assert!(g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()), "{:#06x}: {g} vs {want}", h.to_bits());
             }
         }
     }

@@ -216,7 +216,7 @@ impl CpuBuf {
                     *o = gemm::from_bf16(b);
                 }
             }
-            Repr::F16(v) => v[offset..end].convert_to_f32_slice(out),
+            Repr::F16(v) => crate::cpu::simd::widen_f16(&v[offset..end], out),
             Repr::Int8(p) => p.dequantize_into(offset, out),
             Repr::Split(w) => w.read_into(offset, out),
         }
@@ -554,7 +554,13 @@ impl CpuBf16Backend {
         let mut out = Vec::new();
         out.try_reserve_exact(buf.len()).map_err(|_| KitError::OutOfMemory(buf.len()))?;
         out.resize(buf.len(), 0.0);
-        buf.read_into(op, 0, &mut out)?;
+        match &buf.0 {
+            // On the pool's threads: the op waits for it.
+            Repr::F16(v) => self.f32.run(|| {
+                out.par_chunks_mut(WIDEN_CHUNK).zip(v.par_chunks(WIDEN_CHUNK)).for_each(|(o, h)| crate::cpu::simd::widen_f16(h, o))
+            }),
+            _ => buf.read_into(op, 0, &mut out)?,
+        }
         Ok(Wide::Owned(out))
     }
 }
