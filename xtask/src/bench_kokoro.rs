@@ -185,7 +185,7 @@ pub fn run(root: &Path, o: &KokoroOpts) -> Result<()> {
     let machine = crate::machine::describe();
     writeln!(
         md,
-        "Machine: {machine}. Command: `cargo xtask bench kokoro --threads {} --precision {}`; weights `{}` (full-size release layout, 81.8 M parameters, stored fp32), warm runs, best of ≥ 3. f5 bf16: `CpuBf16Backend` (the decoder's big GEMM and convolution weights in bf16, f32 sums; the first half computing in f32, its weights past ALBERT stored as f16); f5 int8: the same with the generator's residual-block convolutions in int8 (`CpuBf16Backend::with_int8_convs`: per-channel int8 filters, per-row int8 activations, exact i32 sums per tap).",
+        "Machine: {machine}. Command: `cargo xtask bench kokoro --threads {} --precision {}`; weights `{}` (full-size release layout, 81.8 M parameters, stored fp32), warm runs, best of ≥ 3. f5 bf16: `CpuBf16Backend` (the decoder's big GEMM and convolution weights in bf16, f32 sums; the first half computing in f32, its weights past ALBERT stored as f16, ALBERT's Linears as split-bf16 products on the AMX tiles where the CPU has them); f5 int8: the same with the generator's residual-block convolutions in int8 (`CpuBf16Backend::with_int8_convs`: per-channel int8 filters, per-row int8 activations, exact i32 sums per tap).",
         o.threads,
         o.precisions.join(","),
         model_path.file_name().and_then(|n| n.to_str()).unwrap_or("?")
