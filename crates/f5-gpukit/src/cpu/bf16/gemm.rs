@@ -23,8 +23,11 @@
 //! `vdpbf16ps` treats subnormal bf16 inputs as zero and flushes subnormal results; the
 //! reference does not. Neither occurs with model weights and activations (|x| ≥ 1e-38).
 //!
-//! AMX-BF16 (Sapphire Rapids and later) would be faster still; no such CPU was available to test
-//! on, so there is no AMX path.
+//! On a CPU with AMX-BF16 (Sapphire Rapids and later) the backend runs a GEMM in the `Linear`
+//! layout with a bf16 weight and at least 16 rows on the tiles instead
+//! (`linear_amx::linear_bf16`): the same products in the tiles' order, many times this kernel's
+//! rate (6–9× on the DiT's shapes at 2,000 rows on a 2-core Xeon: `vdpbf16ps` issues
+//! once a cycle on those cores).
 
 use std::cell::RefCell;
 

@@ -3,7 +3,8 @@
 //! Weights uploaded with [`Backend::upload_weight`] are stored once, as bf16 (half the memory of
 //! f32; no f32 copy is kept), and every GEMM with such an operand runs on the AVX-512 BF16
 //! kernel of [`gemm`]: the other operand is rounded to bf16 while it is packed, products are
-//! summed in f32, and C stays f32. Attention also computes in bf16 with f32 accumulation
+//! summed in f32, and C stays f32. Where the AMX bf16 tiles run, a `Linear`-layout GEMM of at
+//! least 16 rows runs the same arithmetic on them ([`linear_amx`]). Attention also computes in bf16 with f32 accumulation
 //! ([`attention`]: q, k, v and the softmax weights rounded to bf16, exact f32 softmax); a dense
 //! `conv1d` with a bf16 filter bank runs on a tile kernel of the same arithmetic that reads the
 //! taps straight from a bf16 copy of the input ([`conv`]), and a dense `conv_transpose1d` runs
@@ -36,7 +37,7 @@
 //!
 //! A `Linear` weight uploaded with [`Backend::upload_linear_weight_near_f32`] (layers that need
 //! more than bf16 but not all of f32) is, where the AMX bf16 tiles run, split into two bf16
-//! parts per value and packed for the tiles ([`linear_split_amx`]): `gemm` in the `Linear`
+//! parts per value and packed for the tiles ([`linear_amx`]): `gemm` in the `Linear`
 //! layout multiplies it in three bf16 products per f32 product (~2⁻¹⁴ relative each, 2.3–3.5×
 //! the f32 GEMM's speed on ALBERT's shapes), every other op reads `hi + lo`. Without the tiles
 //! it is a plain f32 buffer.
@@ -71,9 +72,9 @@ pub(crate) mod conv_transpose;
 #[cfg(test)]
 mod conv_transpose_tests;
 pub(crate) mod gemm;
-pub(crate) mod linear_split_amx;
+pub(crate) mod linear_amx;
 #[cfg(test)]
-mod linear_split_tests;
+mod linear_amx_tests;
 #[cfg(test)]
 mod test_rng;
 #[cfg(test)]
@@ -130,7 +131,7 @@ enum Repr {
     /// A `Linear` weight whose products stay close to f32, split into bf16 `hi` and `lo` parts
     /// and packed for the AMX bf16 tiles ([`Backend::upload_linear_weight_near_f32`]): read-only,
     /// read back as `hi + lo`.
-    Split(Box<linear_split_amx::SplitLinear>),
+    Split(Box<linear_amx::SplitLinear>),
 }
 
 /// The reduced-precision kernel of a dense convolution ([`CpuBf16Backend::dense_kernel`]).
@@ -291,7 +292,7 @@ impl std::ops::Deref for Wide<'_> {
 
 impl CpuBf16Backend {
     /// `y = x · Wᵀ + bias` with `W` a split `Linear` weight, in its `Linear` layout and shape,
-    /// on the AMX bf16 tiles (`linear_split_amx`). `None` where that does not apply (another
+    /// on the AMX bf16 tiles (`linear_amx`). `None` where that does not apply (another
     /// operand, layout or shape, a batched or accumulating product, the tiles turned off since
     /// the upload): the caller runs the f32 GEMM, which reads the weight as `hi + lo`.
     fn gemm_split(&self, spec: &GemmSpec, a: &CpuBuf, b: &CpuBuf, bias: Option<&Vec<f32>>, c: &mut CpuBuf) -> Option<Result<()>> {
@@ -310,7 +311,7 @@ impl CpuBf16Backend {
             return Some(Err(e));
         }
         let bias = bias.map(|b| b.as_slice());
-        self.f32.run(|| linear_split_amx::linear(amx, cpu, w, &x[..m * k], m, bias, &mut c[..m * n]));
+        self.f32.run(|| linear_amx::linear(amx, cpu, w, &x[..m * k], m, bias, &mut c[..m * n]));
         Some(Ok(()))
     }
 
@@ -565,6 +566,11 @@ impl CpuBf16Backend {
     }
 }
 
+/// Rows from which a bf16 `Linear` GEMM runs on the AMX tiles (`linear_amx::linear_bf16`)
+/// rather than the AVX-512 BF16 kernel: one 16-row A tile. Below that the tiles would multiply
+/// mostly zero rows, and the weight's per-call packing is not repaid.
+const AMX_LINEAR_MIN_ROWS: usize = 16;
+
 /// bf16 values widened per task by [`CpuBf16Backend::with_widened`].
 const WIDEN_CHUNK: usize = 1 << 15;
 
@@ -635,7 +641,7 @@ impl Backend for CpuBf16Backend {
     /// Where the AMX bf16 tiles run (see [`CpuBf16Backend::amx_convs`]): split into bf16 `hi`
     /// and `lo` parts and packed for the tiles, held in that form only (as many bytes as f32),
     /// so that `gemm` in the `Linear` layout runs it at ~2⁻¹⁶ per product (module
-    /// `linear_split_amx`). Elsewhere exact f32: the tiles are what make it pay.
+    /// `linear_amx`). Elsewhere exact f32: the tiles are what make it pay.
     fn upload_linear_weight_near_f32(&self, data: &[f32], out: usize, inp: usize) -> Result<CpuBuf> {
         if out.checked_mul(inp) != Some(data.len()) {
             return Err(shape_err("upload_linear_weight_near_f32", format!("{} values for a {out}×{inp} weight", data.len())));
@@ -643,7 +649,7 @@ impl Backend for CpuBf16Backend {
         if self.amx_bf16.is_none() {
             return self.upload(data);
         }
-        let packed = self.f32.run(|| linear_split_amx::SplitLinear::pack(data, out, inp));
+        let packed = self.f32.run(|| linear_amx::SplitLinear::pack(data, out, inp));
         Ok(CpuBuf::of(Repr::Split(Box::new(packed))))
     }
 
@@ -742,6 +748,16 @@ impl Backend for CpuBf16Backend {
         spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
         if let Some(done) = self.gemm_int8(spec, a, b, bias, c) {
             return done;
+        }
+        if let (Repr::F32(x), Repr::Bf16(w), Some(amx), Some(cpu)) = (&a.0, &b.0, self.amx_bf16, self.bf16_dot) {
+            let GemmSpec { m, n, k, .. } = *spec;
+            let linear = GemmSpec::linear(m, k, n);
+            let plain = spec.batch == 1 && spec.beta == 0.0 && spec.a == linear.a && spec.b == linear.b && spec.c == linear.c;
+            if plain && m >= AMX_LINEAR_MIN_ROWS && w.len() == n * k {
+                let bias = bias.map(|b| b.as_slice());
+                self.f32.run(|| linear_amx::linear_bf16(amx, cpu, &w[..n * k], (n, k), &x[..m * k], m, bias, &mut c[..m * n]));
+                return Ok(());
+            }
         }
         let (Some(a_op), Some(b_op)) = (a.operand(), b.operand()) else {
             return Err(shape_err("gemm", "a bf16 GEMM weight and an f16 weight cannot be multiplied together"));

@@ -1,4 +1,4 @@
-//! The split-bf16 `Linear` (`linear_split_amx`) against f64 products of the f32 operands.
+//! The split-bf16 `Linear` (`linear_amx`) against f64 products of the f32 operands.
 //!
 //! Tolerances:
 //! - the split itself: `hi = bf16(v)` is within `2⁻⁸·|v|` of `v` (bf16's unit roundoff), and
@@ -13,7 +13,7 @@
 
 use super::amx::AmxBf16;
 use super::gemm::{from_bf16, Avx512Bf16};
-use super::linear_split_amx::{linear, split, SplitLinear};
+use super::linear_amx::{linear, split, SplitLinear};
 use super::test_rng::Rng;
 use super::{CpuBf16Backend, Repr};
 use crate::spec::{GemmSpec, MatLayout};
@@ -211,4 +211,53 @@ fn other_uses_read_hi_plus_lo_and_writes_are_refused() {
     // A length that is not out·inp is an error, on every backend.
     assert!(matches!(kit.upload_linear_weight_near_f32(&w[1..], out, inp), Err(KitError::Shape { .. })));
     assert!(matches!(crate::CpuBackend::new().upload_linear_weight_near_f32(&w[1..], out, inp), Err(KitError::Shape { .. })));
+}
+
+/// The bf16 form against the bf16 GEMM module's arithmetic (`gemm::reference`: inputs rounded
+/// to bf16, products exact, summed in f32 in k order): the tiles sum the same exact products in
+/// another order, so each output is within `γ = k·2⁻²⁴` of `Σ|products|` of the reference (both
+/// are within half that of the exact sum). Left unrounded, the activations' products move by
+/// up to 2⁻⁸ each — the wrong variant, which must miss that bound where k is a few hundred.
+#[test]
+fn the_bf16_form_sums_the_bf16_gemm_products() {
+    use super::gemm::{reference, to_bf16, Operand};
+    let (Ok(amx), Ok(cpu)) = (AmxBf16::detect(), Avx512Bf16::detect()) else {
+        eprintln!("AMX bf16 tiles not available here: the bf16 tile kernel is not run");
+        return;
+    };
+    let mut rng = Rng(0x5EED_0005);
+    for (rows, inp, out) in SHAPES.into_iter().chain([(16, 64, 32), (300, 96, 130)]) {
+        let x = rng.values(rows * inp, 2.0);
+        let w: Vec<u16> = rng.values(out * inp, 0.1).iter().map(|&v| to_bf16(v)).collect();
+        let bias = rng.values(out, 0.5);
+        let mut y = vec![f32::NAN; rows * out];
+        super::linear_amx::linear_bf16(amx, cpu, &w, (out, inp), &x, rows, Some(&bias), &mut y);
+        let spec = GemmSpec::linear(rows, inp, out);
+        let mut want = vec![0.0f32; rows * out];
+        reference(&spec, Operand::F32(&x), Operand::Bf16(&w), Some(&bias), &mut want);
+        let gamma = inp as f64 * 2f64.powi(-24);
+        let mut unrounded_misses = false;
+        for i in 0..rows * out {
+            let (r, j) = (i / out, i % out);
+            let (xr, wj) = (&x[r * inp..(r + 1) * inp], &w[j * inp..(j + 1) * inp]);
+            let products = |round: bool| {
+                xr.iter().zip(wj).map(move |(&a, &b)| {
+                    let a = if round { from_bf16(to_bf16(a)) } else { a };
+                    a as f64 * from_bf16(b) as f64
+                })
+            };
+            let mag: f64 = products(true).map(f64::abs).sum::<f64>() + bias[j].abs() as f64;
+            let tol = gamma * mag + 1e-30;
+            let err = (y[i] as f64 - want[i] as f64).abs();
+            assert!(err <= tol, "{rows}×{inp}→{out} output {i}: {} vs {} (tolerance {tol:e})", y[i], want[i]);
+            let unrounded = products(false).sum::<f64>() + bias[j] as f64;
+            unrounded_misses |= (unrounded - want[i] as f64).abs() > tol;
+        }
+        // The bound is the worst case of f32 summation, which grows with k faster than the
+        // random-signed rounding of the variant does (~√k): it tells them apart up to a few
+        // hundred products per output.
+        if (32..=256).contains(&inp) {
+            assert!(unrounded_misses, "{rows}×{inp}→{out}: unrounded activations pass the bound");
+        }
+    }
 }

@@ -1,7 +1,15 @@
-//! f32 Linear layers on the AMX bf16 tiles at close to f32's accuracy ("split bf16"), for the
-//! layers a model needs more exactly than bf16's 8 bits (Kokoro's ALBERT, whose outputs steer
-//! the durations and F0) where the CPU's f32 FMAs would otherwise run them at a fraction of the
-//! tiles' rate.
+//! `Linear` layers (`y = x·Wᵀ + b`, the weight `[out, inp]` as PyTorch stores it) on the AMX
+//! bf16 tiles, in two forms:
+//!
+//! - **bf16 weights** ([`linear_bf16`]): the arithmetic of the bf16 GEMM module ([`super::gemm`]:
+//!   each input rounded to bf16, products exact in f32, summed in f32) in the tiles' order. The
+//!   weight is packed per call into the panels below (its `hi` parts only, as that module packs
+//!   its B), and one `tdpbf16ps` does 8,192 multiply-adds: many times the AVX-512 BF16 kernel's
+//!   rate on the same core, which on Intel cores issues once a cycle.
+//! - **split weights** ([`linear`]): f32 Linear layers at close to f32's accuracy ("split
+//!   bf16"), for the layers a model needs more exactly than bf16's 8 bits (Kokoro's ALBERT,
+//!   whose outputs steer the durations and F0) where the CPU's f32 FMAs would otherwise run them
+//!   at a fraction of the tiles' rate.
 //!
 //! Each f32 value `v` is held as two bf16 values, `hi = bf16(v)` and `lo = bf16(v − hi)` (both
 //! rounded to nearest even; `v − hi` is exact in f32). They carry 16 of its 24 significant bits:
@@ -21,6 +29,9 @@
 //! whole tile), and the tile kernel computes 32 × 32 outputs per panel: per 16-pair step it loads
 //! the `lo` A tiles and `hi` B tiles (4 products), the `hi` A tiles (4 more) and the `lo` B
 //! tiles (4 more) — 8 tile loads for 12 products.
+//!
+//! A bf16 weight's panels hold the `hi` pairs only, the input rows are rounded to `hi` pairs
+//! only, and a step is one A × B product (4 `tdpbf16ps`, 4 tile loads).
 //!
 //! Threads take blocks of up to [`CHUNK_ROWS`] rows × a run of panels: a panel (≤ 256 KiB at
 //! `inp` = 2048) stays in the core's L2 while the block's row tiles read it, and the block's
@@ -107,11 +118,57 @@ impl SplitLinear {
     }
 }
 
-/// `y[rows, out] = x[rows, inp] · wᵀ (+ bias)` on the tiles, `x` and `y` row-major, on the
-/// current rayon pool. The lengths are checked by the caller (`x`: `rows·inp`, `y`: `rows·out`,
-/// `bias`: `out`).
+/// `y[rows, out] = x[rows, inp] · wᵀ (+ bias)` for a split weight, on the tiles, `x` and `y`
+/// row-major, on the current rayon pool. The lengths are checked by the caller (`x`:
+/// `rows·inp`, `y`: `rows·out`, `bias`: `out`).
 pub(crate) fn linear(amx: AmxBf16, cpu: Avx512Bf16, w: &SplitLinear, x: &[f32], rows: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let (out, inp) = w.shape();
+    let panels = Panels { data: &w.panels, out, inp, parts: 2 };
+    run(amx, cpu, &panels, x, rows, bias, y);
+}
+
+/// `y[rows, out] = x[rows, inp] · wᵀ (+ bias)` for a bf16 weight `w` (`[out, inp]` bf16 bits),
+/// as [`linear`]: the weight packed into shared scratch for this call.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn linear_bf16(
+    amx: AmxBf16,
+    cpu: Avx512Bf16,
+    w: &[u16],
+    (out, inp): (usize, usize),
+    x: &[f32],
+    rows: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
+    debug_assert_eq!(w.len(), out * inp);
+    let pairs = padded_pairs(inp);
+    with_shared_scratch_u32(out.div_ceil(NR) * pairs * NR, |packed| {
+        packed.par_chunks_mut((pairs * NR).max(1)).enumerate().for_each(|(jp, panel)| {
+            panel.fill(0);
+            for j in 0..NR.min(out - jp * NR) {
+                let row = &w[(jp * NR + j) * inp..(jp * NR + j + 1) * inp];
+                for (p, two) in row.chunks(2).enumerate() {
+                    panel[p * NR + j] = u32::from(two[0]) | u32::from(two.get(1).copied().unwrap_or(0)) << 16;
+                }
+            }
+        });
+        run(amx, cpu, &Panels { data: packed, out, inp, parts: 1 }, x, rows, bias, y);
+    });
+}
+
+/// A weight's packed panels: per panel of [`NR`] output features, `parts` blocks of
+/// `[pairs][NR]` dwords (`hi`, then `lo` for a split weight).
+struct Panels<'a> {
+    data: &'a [u32],
+    out: usize,
+    inp: usize,
+    parts: usize,
+}
+
+/// The tile loop of both forms: the input rows converted to `parts` blocks of pairs each, then
+/// the tasks of row chunks × panel runs.
+fn run(amx: AmxBf16, cpu: Avx512Bf16, w: &Panels<'_>, x: &[f32], rows: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+    let (out, inp, parts) = (w.out, w.inp, w.parts);
     if rows == 0 || out == 0 {
         return;
     }
@@ -126,15 +183,16 @@ pub(crate) fn linear(amx: AmxBf16, cpu: Avx512Bf16, w: &SplitLinear, x: &[f32], 
         }
         return;
     }
-    let row_len = 2 * pairs;
+    let row_len = parts * pairs;
+    let panel_len = parts * pairs * NR;
     let padded_rows = rows.div_ceil(MR) * MR;
     with_shared_scratch_u32(padded_rows * row_len, |xs| {
-        // Split the input rows (zero pairs past `inp`, zero rows past `rows`).
+        // Convert the input rows (zero pairs past `inp`, zero rows past `rows`).
         xs.par_chunks_mut(MR * row_len).enumerate().for_each(|(blk, dst)| {
             for (r, row) in dst.chunks_exact_mut(row_len).enumerate() {
                 let src = blk * MR + r;
                 if src < rows {
-                    split_row(cpu, &x[src * inp..(src + 1) * inp], row);
+                    split_row(cpu, &x[src * inp..(src + 1) * inp], row, parts == 2);
                 } else {
                     row.fill(0);
                 }
@@ -159,7 +217,7 @@ pub(crate) fn linear(amx: AmxBf16, cpu: Avx512Bf16, w: &SplitLinear, x: &[f32], 
             let mut sums = Sums::zero();
             for jp in group * per_group..((group + 1) * per_group).min(panels) {
                 let (j0, width) = (jp * NR, (out - jp * NR).min(NR));
-                let panel = &w.panels[jp * 2 * pairs * NR..(jp + 1) * 2 * pairs * NR];
+                let panel = &w.data[jp * panel_len..(jp + 1) * panel_len];
                 let bias = bias.map(|b| &b[j0..j0 + width]);
                 for r0 in (row0..row0 + chunk_rows).step_by(MR) {
                     let valid = (rows.saturating_sub(r0)).min(MR);
@@ -170,7 +228,7 @@ pub(crate) fn linear(amx: AmxBf16, cpu: Avx512Bf16, w: &SplitLinear, x: &[f32], 
                     // SAFETY: the rectangle rows `r0..r0 + valid` × columns `j0..j0 + width`
                     // lies inside `y` (`rows·out` values), and no other task writes it: tasks
                     // cover disjoint (row chunk, panel) pairs.
-                    unsafe { tile(amx, a, row_len, panel, pairs, bias, &mut sums, y_at.at(r0 * out + j0), (out, valid, width)) };
+                    unsafe { tile(amx, a, panel, (pairs, parts), bias, &mut sums, y_at.at(r0 * out + j0), (out, valid, width)) };
                 }
             }
         });
@@ -203,17 +261,17 @@ impl Sums {
     }
 }
 
-/// One row `x` (`inp` values) as `hi` pairs then `lo` pairs into `dst` (`2·pairs` dwords, the
-/// pairs past `inp` zero).
-fn split_row(cpu: Avx512Bf16, x: &[f32], dst: &mut [u32]) {
-    let pairs = dst.len() / 2;
-    assert!(pairs >= x.len().div_ceil(2) && dst.len() == 2 * pairs, "split row length");
+/// One row `x` (`inp` values) as `hi` pairs, then (`with_lo`) `lo` pairs, into `dst` (`pairs`
+/// dwords each, the pairs past `inp` zero).
+fn split_row(cpu: Avx512Bf16, x: &[f32], dst: &mut [u32], with_lo: bool) {
+    let pairs = if with_lo { dst.len() / 2 } else { dst.len() };
+    assert!(pairs >= x.len().div_ceil(2) && dst.len() == (1 + usize::from(with_lo)) * pairs, "converted row length");
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `cpu` proves AVX-512 F and BF16; the kernel reads `x.len()` values and writes
     // `dst`'s `2·pairs` dwords (checked above).
     unsafe {
         let _ = cpu;
-        x86::split_row(x.as_ptr(), x.len(), dst.as_mut_ptr(), pairs);
+        x86::split_row(x.as_ptr(), x.len(), dst.as_mut_ptr(), pairs, with_lo);
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -222,8 +280,9 @@ fn split_row(cpu: Avx512Bf16, x: &[f32], dst: &mut [u32]) {
     }
 }
 
-/// `dst[r·ldy + j] = bias[j] + Σ_p (a_lo·w_hi + a_hi·w_hi + a_hi·w_lo)` for the `valid` first
-/// of the 32 split rows `a` (`row_len` dwords each) and the panel's first `width` columns.
+/// `dst[r·ldy + j] = bias[j] + Σ_p (a_lo·w_hi + a_hi·w_hi + a_hi·w_lo)` (split, `parts` 2) or
+/// `bias[j] + Σ_p a_hi·w_hi` (bf16, `parts` 1) for the `valid` first of the 32 converted rows
+/// `a` (`parts·pairs` dwords each) and the panel's first `width` columns.
 ///
 /// # Safety
 /// `dst` is valid for writes of `valid` rows of `width` values, `ldy` apart, which nothing
@@ -232,17 +291,17 @@ fn split_row(cpu: Avx512Bf16, x: &[f32], dst: &mut [u32]) {
 unsafe fn tile(
     amx: AmxBf16,
     a: &[u32],
-    row_len: usize,
     panel: &[u32],
-    pairs: usize,
+    (pairs, parts): (usize, usize),
     bias: Option<&[f32]>,
     sums: &mut Sums,
     dst: *mut f32,
     (ldy, valid, width): (usize, usize, usize),
 ) {
     assert!((1..=MR).contains(&valid) && (1..=NR).contains(&width) && width <= ldy, "tile shape");
-    assert!(a.len() == MR * row_len && row_len == 2 * pairs && pairs.is_multiple_of(STEP_PAIRS), "split rows");
-    assert!(panel.len() == 2 * pairs * NR && bias.is_none_or(|b| b.len() == width), "panel, bias");
+    let row_len = parts * pairs;
+    assert!((1..=2).contains(&parts) && a.len() == MR * row_len && pairs.is_multiple_of(STEP_PAIRS), "converted rows");
+    assert!(panel.len() == parts * pairs * NR && bias.is_none_or(|b| b.len() == width), "panel, bias");
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `amx` proves the tiles, configured by the caller; every tile load reads inside `a`
     // (32 rows of `row_len` dwords) or `panel` (`2·pairs·NR` dwords), as checked above; the
@@ -252,14 +311,18 @@ unsafe fn tile(
         for s in 0..pairs / STEP_PAIRS {
             let q = s * STEP_PAIRS;
             let hi = [a.as_ptr().add(q), a.as_ptr().add(TILE_ROWS * row_len + q)];
-            x86::step(amx, hi, pairs, 4 * row_len, panel.as_ptr().add(q * NR), pairs * NR);
+            if parts == 2 {
+                x86::step(amx, hi, pairs, 4 * row_len, panel.as_ptr().add(q * NR), pairs * NR);
+            } else {
+                crate::cpu::bf16::amx::x86::step_bf16(hi, [4 * row_len; 2], panel.as_ptr().add(q * NR));
+            }
         }
         let bias = bias.map_or(std::ptr::null(), |b| b.as_ptr());
         crate::cpu::bf16::amx::x86::store_f32_sums(sums, bias, dst, ldy, valid, width);
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (amx, sums, dst, ldy);
+        let _ = (amx, sums, dst, ldy, row_len);
         unreachable!("AMX token off x86-64")
     }
 }
@@ -330,13 +393,14 @@ mod x86 {
         }
     }
 
-    /// `x` (`len` values) as `hi` pairs into `dst[..pairs]` and `lo` pairs into
+    /// `x` (`len` values) as `hi` pairs into `dst[..pairs]` and, `with_lo`, `lo` pairs into
     /// `dst[pairs..2·pairs]`, the pairs past `len` zero.
     ///
     /// # Safety
-    /// AVX-512 F and BF16 present; `x` holds `len` values, `dst` `2·pairs` dwords, `2·pairs ≥ len`.
+    /// AVX-512 F and BF16 present; `x` holds `len` values, `dst` `pairs` dwords (`2·pairs` with
+    /// `lo`), `2·pairs ≥ len`.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn split_row(x: *const f32, len: usize, dst: *mut u32, pairs: usize) {
+    pub(super) unsafe fn split_row(x: *const f32, len: usize, dst: *mut u32, pairs: usize, with_lo: bool) {
         let lanes = |n: usize| if n >= 16 { 0xFFFFu16 } else { ((1u32 << n) - 1) as u16 };
         // bf16 bits (16 of them, in a 256-bit half) back to the f32 values.
         let widen = |half: __m256i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(half)));
@@ -350,13 +414,17 @@ mod x86 {
                 let v0 = _mm512_maskz_loadu_ps(lanes(left), x.wrapping_add(c));
                 let v1 = _mm512_maskz_loadu_ps(lanes(left.saturating_sub(16)), x.wrapping_add(c + 16));
                 let hi = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(v1, v0));
+                _mm512_storeu_si512(hi_out.add(c / 2) as *mut __m512i, hi);
+                if !with_lo {
+                    c += 32;
+                    continue;
+                }
                 let r0 = _mm512_sub_ps(v0, widen(_mm512_castsi512_si256(hi)));
                 let r1 = _mm512_sub_ps(v1, widen(_mm512_extracti64x4_epi64::<1>(hi)));
                 // ±∞ or NaN inputs leave a NaN rest: the pair is `hi` alone, as `split` has it.
                 let r0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(r0, r0), r0);
                 let r1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(r1, r1), r1);
                 let lo = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(r1, r0));
-                _mm512_storeu_si512(hi_out.add(c / 2) as *mut __m512i, hi);
                 _mm512_storeu_si512(lo_out.add(c / 2) as *mut __m512i, lo);
                 c += 32;
             }
