@@ -245,6 +245,14 @@ impl CpuBuf {
     }
 }
 
+/// Whether `spec` is one plain `Linear` product, `y = x·Wᵀ (+ bias)` with every operand at its
+/// `GemmSpec::linear` layout (no batch, no accumulation): what the int8 and AMX `Linear`
+/// kernels take.
+fn is_plain_linear(spec: &GemmSpec) -> bool {
+    let linear = GemmSpec::linear(spec.m, spec.k, spec.n);
+    spec.batch == 1 && spec.beta == 0.0 && spec.a == linear.a && spec.b == linear.b && spec.c == linear.c
+}
+
 /// A write to a filter bank held only in int8: refused, the values left as they were.
 fn int8_read_only(op: &'static str) -> KitError {
     shape_err(op, "operand is an int8 filter bank (upload_conv_filters_int8 in the int8 mode), which is read-only")
@@ -298,8 +306,7 @@ impl CpuBf16Backend {
     fn gemm_split(&self, spec: &GemmSpec, a: &CpuBuf, b: &CpuBuf, bias: Option<&Vec<f32>>, c: &mut CpuBuf) -> Option<Result<()>> {
         let (Repr::F32(x), Repr::Split(w), Some(amx), Some(cpu)) = (&a.0, &b.0, self.amx_bf16, self.bf16_dot) else { return None };
         let GemmSpec { m, n, k, .. } = *spec;
-        let linear = GemmSpec::linear(m, k, n);
-        let plain = spec.batch == 1 && spec.beta == 0.0 && spec.a == linear.a && spec.b == linear.b && spec.c == linear.c;
+        let plain = is_plain_linear(spec);
         if !plain || w.shape() != (n, k) {
             return None;
         }
@@ -324,8 +331,7 @@ impl CpuBf16Backend {
         let vnni = self.int8?;
         let (Repr::F32(x), Repr::Bf16(w)) = (&a.0, &b.0) else { return None };
         let GemmSpec { m, n, k, .. } = *spec;
-        let linear = GemmSpec::linear(m, k, n);
-        let plain = spec.batch == 1 && spec.beta == 0.0 && spec.a == linear.a && spec.b == linear.b && spec.c == linear.c;
+        let plain = is_plain_linear(spec);
         let conv = Conv1dSpec::new(1, m, k, n, 1);
         if !plain || !conv_int8::supports(&conv) {
             return None;
@@ -751,8 +757,7 @@ impl Backend for CpuBf16Backend {
         }
         if let (Repr::F32(x), Repr::Bf16(w), Some(amx), Some(cpu)) = (&a.0, &b.0, self.amx_bf16, self.bf16_dot) {
             let GemmSpec { m, n, k, .. } = *spec;
-            let linear = GemmSpec::linear(m, k, n);
-            let plain = spec.batch == 1 && spec.beta == 0.0 && spec.a == linear.a && spec.b == linear.b && spec.c == linear.c;
+            let plain = is_plain_linear(spec);
             if plain && m >= AMX_LINEAR_MIN_ROWS && w.len() == n * k {
                 let bias = bias.map(|b| b.as_slice());
                 self.f32.run(|| linear_amx::linear_bf16(amx, cpu, &w[..n * k], (n, k), &x[..m * k], m, bias, &mut c[..m * n]));
