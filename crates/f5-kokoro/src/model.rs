@@ -71,6 +71,8 @@ impl<B: Backend> Kokoro<B> {
         // small random-weight model F0/N against f32 stay within 4 % of the f32 products' figures
         // (tests/bf16_cpu.rs); on the int8-derived weights F0 went 6.9e-4 → 1.0e-3 and N
         // 5.9e-4 → 4.4e-4, no duration moving (the short input). Elsewhere they are exact f32.
+        // (On those CPUs attention is f32 too, `CpuBf16Backend::bf16_attention`: then F0 / N are
+        // 4.0e-5 / 8.2e-5 short and 5.5e-5 / 9.4e-5 long, no duration moving on either.)
         w.set_storage(WeightStorage::NearF32);
         let albert = Albert::load(&mut w.scope("bert"), &kit, c.n_token, &c.plbert)?;
         w.set_storage(WeightStorage::F32Compact);

@@ -1,9 +1,11 @@
 //! Kokoro on `CpuBf16Backend` (the decoder's dense convs, its upsamplers and Linears in bf16,
-//! the first half computing in f32 with its weights past ALBERT stored as f16, attention bf16) against the same model on the f32 `CpuBackend`, on the small fixture checkpoint.
+//! the first half computing in f32 with its weights past ALBERT stored as f16, attention bf16
+//! where the backend computes it so) against the same model on the f32 `CpuBackend`, on the small fixture checkpoint.
 //!
 //! Both halves are checked on their own, so that a changed duration (a discrete choice) cannot
 //! turn a small numeric difference into a different audio length:
-//! - the first half (ALBERT, text encoder, prosody: f32 products, bf16 attention): F0 and N against
+//! - the first half (ALBERT, text encoder, prosody: f32 products, bf16 attention where the
+//!   backend computes it so): F0 and N against
 //!   the f32 run's, when the durations agree;
 //! - the second half fed the same F0, N and aligned features (the fixture's reference values)
 //!   and the same source spectrum: the audio against the f32 run's.
@@ -32,10 +34,11 @@ use f5_kokoro::{Kokoro, SourceSpectrum, Trace};
 const AUDIO_REL_L2: f64 = 1e-2;
 
 /// F0 and N rel-L2 from the first half, which computes in f32 on the bf16 backend (only
-/// ALBERT's attention computes in bf16; past ALBERT the weights are stored as f16; on a CPU
-/// with AMX, ALBERT's Linears are split-bf16 products at ~16 bits). Measured on the small
-/// random-weight model: F0 2.5e-4 / 6.6e-4, N 8.4e-4 / 2.5e-3 (tiny / 510 phonemes; with the
-/// split Linears F0 2.7e-4 / 6.7e-4, N 8.3e-4 / 2.6e-3);
+/// ALBERT's attention computes in bf16, and not on Intel cores; past ALBERT the weights are
+/// stored as f16; on a CPU with AMX, ALBERT's Linears are split-bf16 products at ~16 bits).
+/// Measured on the small random-weight model: F0 2.5e-4 / 6.6e-4, N 8.4e-4 / 2.5e-3 (tiny / 510
+/// phonemes; with the split Linears F0 2.7e-4 / 6.7e-4, N 8.3e-4 / 2.6e-3; with them and f32
+/// attention, on a Xeon with AMX, F0 2.2e-4 / 6.1e-4, N 7.7e-4 / 2.4e-3);
 /// with f32 storage it was F0 9.6e-5 / 2.6e-4, N 2.0e-4 / 8.2e-4 (on the int8-derived full
 /// weights the f16 storage moves neither, `kokoro_cpu_time`: random weights are the harsher
 /// case). With the first half's Linears in bf16, as the model first loaded them, the same runs

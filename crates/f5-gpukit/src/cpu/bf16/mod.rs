@@ -26,7 +26,9 @@
 //! (FFT, Winograd, few-row and direct convolutions): f32 arithmetic on the bf16-rounded
 //! weights, with the activations kept in f32. `F5_CPU_BF16_DOT=on` or `off` overrides the choice
 //! where the CPU has AVX-512 BF16. So the backend runs on every CPU, and its int8 mode on every
-//! CPU with AVX-512 VNNI (Cascade Lake and later Xeons, Zen 4 and later).
+//! CPU with AVX-512 VNNI (Cascade Lake and later Xeons, Zen 4 and later). Attention has no AMX
+//! kernel, so on Intel cores with AMX it computes in f32 ([`CpuBf16Backend::bf16_attention`]):
+//! the bf16 kernel measured 0.54–0.78× the f32 one there.
 //!
 //! A weight uploaded with [`Backend::upload_weight_compact`] (layers that must compute in f32)
 //! is stored as IEEE f16, half the memory of f32, and widened exactly to f32 for each `gemm`,
@@ -355,6 +357,9 @@ pub struct CpuBf16Backend {
     /// Set where bf16 weights meet the AVX-512 BF16 kernels (the proof that the CPU runs them);
     /// `None` where they are widened to f32 for the f32 kernels (see the module docs).
     bf16_dot: Option<Avx512Bf16>,
+    /// Whether attention computes in bf16 (`bf16_dot` set and the AVX-512 BF16 products paying
+    /// without tiles: attention has no AMX kernel, so on Intel cores with AMX it stays f32).
+    bf16_attention: bool,
     /// The packed B operand, reused by every GEMM (a GEMM that finds it busy packs into its own).
     packed_b: Arc<Mutex<Vec<u32>>>,
 }
@@ -370,6 +375,7 @@ impl CpuBf16Backend {
             f32: CpuBackend::with_threads(threads)?,
             int8: None,
             amx_bf16: amx_bf16.filter(|_| bf16_dot.is_some()),
+            bf16_attention: bf16_dot.is_some() && bf16_dot_products_pay(false),
             bf16_dot,
             packed_b: Arc::new(Mutex::new(Vec::new())),
         })
@@ -511,13 +517,22 @@ impl CpuBf16Backend {
         self.bf16_dot.is_some()
     }
 
-    /// This backend with the bf16 dot products on or off whether they pay or not: to compare
-    /// the two on one machine. `on` takes effect only where the CPU has AVX-512 BF16
+    /// Whether attention computes in bf16 (`cpu/bf16/attention.rs`), else in f32: with the bf16
+    /// dot products where they pay without AMX tiles (attention has no tile kernel, and on Intel
+    /// cores `vdpbf16ps` is slower than f32 FMAs: 0.54–0.78× the f32 attention measured on a
+    /// Xeon with AMX), or where [`CpuBf16Backend::with_bf16_dot_products`] or
+    /// `F5_CPU_BF16_DOT=on` asked for them.
+    pub fn bf16_attention(&self) -> bool {
+        self.bf16_attention && self.bf16_dot.is_some()
+    }
+
+    /// This backend with the bf16 dot products (attention's too) on or off whether they pay or
+    /// not: to compare the two on one machine. `on` takes effect only where the CPU has AVX-512 BF16
     /// ([`cpu_bf16_missing_feature`] is `None`); elsewhere the weights stay widened.
     pub fn with_bf16_dot_products(self, on: bool) -> Self {
         let bf16_dot = if on { Avx512Bf16::detect().ok() } else { None };
         let amx_bf16 = if on { conv_bf16_amx::AmxBf16::detect().ok().filter(|_| bf16_dot.is_some()) } else { None };
-        CpuBf16Backend { bf16_dot, amx_bf16, ..self }
+        CpuBf16Backend { bf16_dot, amx_bf16, bf16_attention: bf16_dot.is_some(), ..self }
     }
 
     /// Threads the ops run on.
@@ -781,11 +796,11 @@ impl Backend for CpuBf16Backend {
 
     /// Attention in bf16 with f32 accumulation (q, k, v and the softmax weights rounded to bf16,
     /// exact f32 softmax), every shape the f32 op takes (the kernel is `cpu/bf16/attention.rs`);
-    /// the f32 attention where the bf16 dot products do not pay.
+    /// the f32 attention where that does not pay ([`CpuBf16Backend::bf16_attention`]).
     fn attention(&self, spec: &AttentionSpec, q: &CpuBuf, k: &CpuBuf, v: &CpuBuf, out: &mut CpuBuf) -> Result<()> {
         let op = "attention";
         let (q, k, v, out) = (q.f32(op)?, k.f32(op)?, v.f32(op)?, out.f32_mut(op)?);
-        let Some(cpu) = self.bf16_dot else {
+        let Some(cpu) = self.bf16_dot.filter(|_| self.bf16_attention) else {
             return self.f32.attention(spec, q, k, v, out);
         };
         spec.validate(q.len(), k.len(), v.len(), out.len())?;
