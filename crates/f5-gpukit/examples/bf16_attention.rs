@@ -54,7 +54,12 @@ fn main() -> AnyResult<()> {
         }
     }
     let f32_kit = CpuBackend::with_threads(threads)?;
-    let bf16_kit = CpuBf16Backend::with_threads(threads)?;
+    // The bf16 kernel itself, also where the backend would keep attention in f32 by default
+    // (Intel cores: `CpuBf16Backend::bf16_attention`).
+    let bf16_kit = CpuBf16Backend::with_threads(threads)?.with_bf16_dot_products(true);
+    if !bf16_kit.bf16_attention() {
+        return Err("this CPU lacks AVX-512 BF16: there is no bf16 attention kernel to time".into());
+    }
     let (bh, d) = (32usize, 64usize);
     println!("{threads} threads, {bh} batch·heads × head_dim {d}, best of {rounds} alternated rounds; GFLOP/s = 4·bh·n²·d / time");
     println!("{:<16} {:>14} {:>14} {:>8} {:>12}", "bh×n×d", "f32 ms (GF/s)", "bf16 ms (GF/s)", "speed-up", "rel-L2 bf16");
