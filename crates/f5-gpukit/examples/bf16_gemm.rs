@@ -1,5 +1,6 @@
 //! GEMM throughput of the CPU backend, f32 (`CpuBackend`, the `gemm` crate) against bf16
-//! weights (`CpuBf16Backend`, AVX-512 BF16) and split-bf16 ones (`upload_linear_weight_near_f32`:
+//! weights (`CpuBf16Backend`: AVX-512 BF16, or the AMX tiles from 16 rows where the CPU has
+//! them) and split-bf16 ones (`upload_linear_weight_near_f32`:
 //! on the AMX bf16 tiles where the CPU has them, else f32), on the GEMM shapes of the full-size
 //! F5 DiT (dim 1024, ff 2048, CFG batch 2 × 1000 frames = 2000 rows) or of Kokoro's ALBERT
 //! (`--shapes albert`: hidden 768, ff 2048), and the error of each result against f32 on
