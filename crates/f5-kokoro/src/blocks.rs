@@ -42,11 +42,16 @@ impl<B: Backend> AdaIn<B> {
     }
 
     pub(crate) fn apply(&self, kit: &B, x: &B::Buf, n: usize, style: &B::Buf, out: &mut B::Buf) -> Result<()> {
-        let mut h = kit.alloc(2 * self.c)?;
-        self.fc.apply(kit, style, 1, &mut h)?;
-        let spec = InstanceNormSpec { batch: 1, n, c: self.c, eps: NORM_EPS };
+        let (h, spec) = self.style_and_norm(kit, style, n)?;
         kit.instance_norm(&spec, x, self.affine.as_ref().map(|(w, b)| (w, b)), Some(&h), out)?;
         Ok(())
+    }
+
+    /// The style's `[γ, β]` (`fc(style)`) and the norm over `n` rows.
+    fn style_and_norm(&self, kit: &B, style: &B::Buf, n: usize) -> Result<(B::Buf, InstanceNormSpec)> {
+        let mut h = kit.alloc(2 * self.c)?;
+        self.fc.apply(kit, style, 1, &mut h)?;
+        Ok((h, InstanceNormSpec { batch: 1, n, c: self.c, eps: NORM_EPS }))
     }
 
     /// [`AdaIn::apply`], then Snake with `alpha`, into `t`, then `conv` of that into `y`, in one
@@ -90,11 +95,10 @@ impl<B: Backend> AdaIn<B> {
         Ok(())
     }
 
-    /// The style's `[γ, β]` (`fc(style)`), the norm over `n` rows and `conv`'s shape over them.
+    /// [`AdaIn::style_and_norm`] and `conv`'s shape over the same rows.
     fn modulation(&self, kit: &B, style: &B::Buf, n: usize, conv: &Conv1d<B>) -> Result<(B::Buf, InstanceNormSpec, Conv1dSpec)> {
-        let mut h = kit.alloc(2 * self.c)?;
-        self.fc.apply(kit, style, 1, &mut h)?;
-        Ok((h, InstanceNormSpec { batch: 1, n, c: self.c, eps: NORM_EPS }, Conv1dSpec { batch: 1, n, ..conv.spec }))
+        let (h, norm) = self.style_and_norm(kit, style, n)?;
+        Ok((h, norm, Conv1dSpec { batch: 1, n, ..conv.spec }))
     }
 }
 

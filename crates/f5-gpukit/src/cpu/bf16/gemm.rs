@@ -75,7 +75,7 @@ pub(crate) enum Operand<'a> {
 
 /// Reading element `i` of an operand as bf16 bits; one implementation per storage so the
 /// packing loops are compiled for each without a branch per element.
-trait Bits: Sync {
+pub(crate) trait Bits: Sync {
     fn bits(&self, i: usize) -> u16;
 }
 
@@ -301,7 +301,7 @@ impl Tile<'_> {
 
 /// Packs columns `j0..j0+NR` of B (`[k, n]`, strides of `l`, starting at `bo`) as `[k/2][NR]`
 /// dwords of bf16 pairs; columns past n and the half pair past an odd k are zero.
-fn pack_b_panel<B: Bits + ?Sized>(b: &B, bo: usize, l: &MatLayout, k: usize, n: usize, j0: usize, panel: &mut [u32]) {
+pub(crate) fn pack_b_panel<B: Bits + ?Sized>(b: &B, bo: usize, l: &MatLayout, k: usize, n: usize, j0: usize, panel: &mut [u32]) {
     let kp = k.div_ceil(2);
     let cols = (n - j0).min(NR);
     for jj in 0..NR {

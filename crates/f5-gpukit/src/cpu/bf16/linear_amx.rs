@@ -143,14 +143,13 @@ pub(crate) fn linear_bf16(
     debug_assert_eq!(w.len(), out * inp);
     let pairs = padded_pairs(inp);
     with_shared_scratch_u32(out.div_ceil(NR) * pairs * NR, |packed| {
+        // The bf16 GEMM's own B packing (the weight read transposed), then zero pairs up to a
+        // whole tile step.
+        let layout = crate::spec::MatLayout::transposed(inp);
         packed.par_chunks_mut((pairs * NR).max(1)).enumerate().for_each(|(jp, panel)| {
-            panel.fill(0);
-            for j in 0..NR.min(out - jp * NR) {
-                let row = &w[(jp * NR + j) * inp..(jp * NR + j + 1) * inp];
-                for (p, two) in row.chunks(2).enumerate() {
-                    panel[p * NR + j] = u32::from(two[0]) | u32::from(two.get(1).copied().unwrap_or(0)) << 16;
-                }
-            }
+            let (used, pad) = panel.split_at_mut(inp.div_ceil(2) * NR);
+            super::gemm::pack_b_panel(w, 0, &layout, inp, out, jp * NR, used);
+            pad.fill(0);
         });
         run(amx, cpu, &Panels { data: packed, out, inp, parts: 1 }, x, rows, bias, y);
     });
