@@ -222,6 +222,17 @@ pub trait Backend: Send + Sync {
         self.upload_weight(data)
     }
     /// Uploads the filter bank `[c_out, c_in, K]` of the dense convolution `spec` (its batch and
+    /// length do not matter) as [`Backend::upload_weight`] does, where a backend may keep it only
+    /// in the form its convolution kernel reads, because it knows the shape now (the CPU bf16
+    /// backend: packed for its bf16 kernel once, not on every call). Such a buffer is read-only:
+    /// writes and fills are refused, reads give the values it computes with, and `conv1d` of
+    /// that shape runs on it as it would on `upload_weight`'s (other ops read its values). Defaults to
+    /// [`Backend::upload_weight`].
+    fn upload_conv_filters(&self, data: &[f32], spec: &Conv1dSpec) -> Result<Self::Buf> {
+        let _ = spec;
+        self.upload_weight(data)
+    }
+    /// Uploads the filter bank `[c_out, c_in, K]` of the dense convolution `spec` (its batch and
     /// length do not matter) for int8 as [`Backend::upload_weight_int8`] does, where a backend
     /// may keep only the int8 form because it knows the shape now (the CPU bf16 backend's int8
     /// mode: one byte a value instead of bf16's two plus the int8 copy). Such a buffer is

@@ -777,8 +777,9 @@ pub fn conv_transpose1d<B: Backend>(kit: &B) {
 /// plain buffer, as a weight (`upload_weight`: bf16 on the bf16 CPU backend, where dense
 /// convolutions and transposed convolutions then run on the bf16 kernels) and as an int8-capable
 /// weight (`upload_weight_int8`: dense convolutions in int8 in that backend's int8 mode) and, for
-/// a convolution (`conv`), as int8 filters for its shape (`upload_conv_filters_int8`: held only in
-/// int8 there, the same arithmetic), with and without the bias, against the f64 reference. Each output sums `terms` products of magnitude
+/// a convolution (`conv`), as filters for its shape (`upload_conv_filters`: packed for the bf16
+/// kernel there, a weight's arithmetic) and as int8 filters for it (`upload_conv_filters_int8`:
+/// held only in int8 there, the same arithmetic), with and without the bias, against the f64 reference. Each output sums `terms` products of magnitude
 /// ≤ 1: f32 errs by ≲ 2e-6 per term in any order; with a bf16 weight both operands may be rounded
 /// to bf16 (a product off by < 2⁻⁷ of itself); in int8 each operand is within half a step (1/254
 /// of its row's or filter's largest magnitude, ≤ 1) of its value after the filter's bf16
@@ -797,12 +798,13 @@ fn check_filters_as_buffer_and_weight<B: Backend>(
 ) {
     let (x, w, bias) = (rng.vec(lens[0]), rng.vec(lens[1]), rng.vec(lens[2]));
     let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&bias).unwrap());
-    let int8_filters = conv.map(|_| "int8 filters");
-    for upload in ["buffer", "weight", "int8 weight", "compact weight"].into_iter().chain(int8_filters) {
+    let conv_filters = conv.map(|_| ["conv filters", "int8 filters"]).into_iter().flatten();
+    for upload in ["buffer", "weight", "int8 weight", "compact weight"].into_iter().chain(conv_filters) {
         let wb = match (upload, conv) {
             ("buffer", _) => kit.upload(&w).unwrap(),
             ("weight", _) => kit.upload_weight(&w).unwrap(),
             ("int8 weight", _) => kit.upload_weight_int8(&w).unwrap(),
+            ("conv filters", Some(spec)) => kit.upload_conv_filters(&w, spec).unwrap(),
             ("int8 filters", Some(spec)) => kit.upload_conv_filters_int8(&w, spec).unwrap(),
             _ => kit.upload_weight_compact(&w).unwrap(),
         };
@@ -816,7 +818,7 @@ fn check_filters_as_buffer_and_weight<B: Backend>(
             let got = take(kit, &y, want.len(), what);
             let rounding = match upload {
                 "buffer" | "compact weight" => 0.0,
-                "weight" => 2f64.powi(-7) * terms,
+                "weight" | "conv filters" => 2f64.powi(-7) * terms,
                 _ => 1e-2 * terms,
             };
             assert_close(&got, &want, |_| 2e-6 * terms + 1e-6 + rounding, &format!("{what} bias={with_bias} filters as {upload}"));
@@ -1017,9 +1019,9 @@ pub fn instance_norm_snake<B: Backend>(kit: &B) {
 }
 
 /// AdaIN + Snake + convolution in one call equals `instance_norm_snake` then `conv1d`, bit for
-/// bit (whatever the backend does with the scratch: it may never write it), with f32 filters
-/// and with GEMM-weight filters (`upload_weight`: reduced precision where a backend keeps
-/// them so); the residual form (`_add`) equals those then `axpy`; a convolution over other
+/// bit (whatever the backend does with the scratch: it may never write it), with f32 filters,
+/// with GEMM-weight filters (`upload_weight`: reduced precision where a backend keeps them so)
+/// and with filters uploaded for the convolution (`upload_conv_filters`); the residual form (`_add`) equals those then `axpy`; a convolution over other
 /// rows than the norm's is refused.
 pub fn instance_norm_snake_conv1d<B: Backend>(kit: &B) {
     let mut rng = Rng::new(31);
@@ -1033,7 +1035,7 @@ pub fn instance_norm_snake_conv1d<B: Backend>(kit: &B) {
         let norm = InstanceNormSpec { batch, n, c, eps: 1e-5 };
         let conv = Conv1dSpec::new(batch, n, c, c_out, k).dilation(dil).pad(dil * (k - 1) / 2);
         let (len, n_y) = (batch * n * c, batch * conv.n_out() * c_out);
-        for wb in [kit.upload(&w).unwrap(), kit.upload_weight(&w).unwrap()] {
+        for wb in [kit.upload(&w).unwrap(), kit.upload_weight(&w).unwrap(), kit.upload_conv_filters(&w, &conv).unwrap()] {
             let (mut t, mut apart) = (kit.alloc(len).unwrap(), kit.alloc(n_y).unwrap());
             kit.instance_norm_snake(&norm, &xb, None, Some(&sb), &ab, &mut t).unwrap();
             kit.conv1d(&conv, &t, &wb, Some(&bb), &mut apart).unwrap();
@@ -1053,7 +1055,7 @@ pub fn instance_norm_snake_conv1d<B: Backend>(kit: &B) {
         let mut padded_x = x.clone();
         padded_x.resize(room, 0.0);
         let y0 = rng.vec(n_y);
-        for wb in [kit.upload(&w).unwrap(), kit.upload_weight(&w).unwrap()] {
+        for wb in [kit.upload(&w).unwrap(), kit.upload_weight(&w).unwrap(), kit.upload_conv_filters(&w, &conv).unwrap()] {
             let (mut t, mut out) = (kit.alloc(len).unwrap(), kit.alloc(n_y).unwrap());
             kit.instance_norm_snake(&norm, &xb, None, Some(&sb), &ab, &mut t).unwrap();
             kit.conv1d(&conv, &t, &wb, Some(&bb), &mut out).unwrap();

@@ -97,13 +97,14 @@ impl<B: Backend> Conv1d<B> {
         Self::load_through(w, kit, name, spec, bias, |s, kit, data, _| s.upload_f32_weight(kit, data))
     }
 
-    /// As [`Conv1d::load`], but the filters go through [`Backend::upload_weight`], as a
-    /// [`Linear`]'s do: a backend may then keep them in reduced precision (bf16 on
-    /// `CpuBf16Backend`, whose dense convolutions run on its bf16 GEMM kernel). For the big dense
-    /// convolutions whose cost that cuts; small or precision-critical ones stay on `load`.
+    /// As [`Conv1d::load`], but the filters go through [`Backend::upload_conv_filters`], a
+    /// [`Linear`]'s weight's kind of upload: a backend may then keep them in reduced precision
+    /// (bf16 on `CpuBf16Backend`, whose dense convolutions run on its bf16 kernel, packed for
+    /// it once here rather than on every call). For the big dense convolutions whose cost that
+    /// cuts; small or precision-critical ones stay on `load`. The filters are then read-only.
     /// Under `WeightStorage::F32`/`F32Compact` they go up as [`Conv1d::load`]'s do.
     pub fn load_weight(w: &mut Scope<'_>, kit: &B, name: &str, spec: Conv1dSpec, bias: bool) -> Result<Self> {
-        Self::load_through(w, kit, name, spec, bias, |s, kit, data, _| s.upload_gemm_weight(kit, data))
+        Self::load_through(w, kit, name, spec, bias, |s, kit, data, spec| s.upload_conv_filters(kit, data, spec))
     }
 
     /// As [`Conv1d::load_weight`], through [`Backend::upload_conv_filters_int8`]: a backend with

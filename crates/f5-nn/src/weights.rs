@@ -272,6 +272,16 @@ impl Scope<'_> {
         }
     }
 
+    /// A dense convolution's filters for `spec` through [`Backend::upload_conv_filters`] under
+    /// [`WeightStorage::Fast`] (as a GEMM weight, which a backend may keep packed for its
+    /// convolution kernel); otherwise as [`Scope::upload_f32_weight`] uploads.
+    pub fn upload_conv_filters<B: Backend>(&self, kit: &B, data: &[f32], spec: &Conv1dSpec) -> Result<B::Buf> {
+        match self.w.storage {
+            WeightStorage::Fast => Ok(kit.upload_conv_filters(data, spec)?),
+            _ => self.upload_f32_weight(kit, data),
+        }
+    }
+
     /// A dense convolution's filters for `spec` through [`Backend::upload_conv_filters_int8`]
     /// under [`WeightStorage::Fast`]; otherwise as [`Scope::upload_f32_weight`] uploads.
     pub fn upload_conv_filters_int8<B: Backend>(&self, kit: &B, data: &[f32], spec: &Conv1dSpec) -> Result<B::Buf> {

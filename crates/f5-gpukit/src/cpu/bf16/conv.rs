@@ -10,11 +10,12 @@
 //! where the tap falls on zero padding. A K-tap convolution thus converts each input row
 //! about once instead of writing it K times into an f32 im2col and then packing it again.
 //!
-//! The filters `[c_out, c_in, K]` are packed once per call into panels of [`NR`] output
-//! channels, `[K][c_in/2][NR]` dwords of bf16 pairs `(w[co, 2j, k], w[co, 2j+1, k])` — the
-//! operand layout `vdpbf16ps` multiplies lane by lane — in scratch reused across calls. An odd
-//! `c_in` gets a zero channel appended to the input copy and zero weights, so every tap's
-//! channels start on a pair boundary.
+//! The filters `[c_out, c_in, K]` are packed into panels of [`NR`] output channels,
+//! `[K][c_in/2][NR]` dwords of bf16 pairs `(w[co, 2j, k], w[co, 2j+1, k])` — the operand layout
+//! `vdpbf16ps` multiplies lane by lane: once at upload where the backend knows the convolution's
+//! shape then ([`PackedBf16Filters`], held in that form only), else once per call into scratch
+//! reused across calls. An odd `c_in` gets a zero channel appended to the input copy and zero
+//! weights, so every tap's channels start on a pair boundary.
 //!
 //! Arithmetic: the inputs are rounded to bf16 (round to nearest even; `vcvtne2ps2bf16` reads
 //! subnormal inputs as zero, which model activations never are), the filters were rounded once
@@ -30,6 +31,7 @@ use rayon::prelude::*;
 use super::conv_bf16_amx::{self as amx, AmxBf16};
 use super::gemm::{Avx512Bf16, MR, NR};
 use crate::cpu::conv::{merged_taps, padded_row_len, rows_read, tap_offsets};
+use crate::cpu::lines::LineVec;
 use crate::cpu::scratch::{with_scratch, with_scratch_u32, with_scratch_usize, with_shared_scratch_u32};
 use crate::cpu::seq::RowPrep;
 use crate::spec::Conv1dSpec;
@@ -40,7 +42,7 @@ use crate::spec::Conv1dSpec;
 const X_BLOCK_BYTES: usize = 256 * 1024;
 
 /// `y = conv(x, w) + bias` for a dense (`groups == 1`) convolution with bf16 filters `w`
-/// (`[c_out, c_in, K]` bf16 bits). `spec` must have been validated against the operands. With
+/// (`[c_out, c_in, K]` bf16 bits, or packed at upload). `spec` must have been validated against the operands. With
 /// `tiles`, a convolution that [fits](super::conv_bf16_amx::fits) them runs on the AMX kernel
 /// (the same operands and packing).
 pub(crate) fn conv1d_dense(
@@ -48,7 +50,7 @@ pub(crate) fn conv1d_dense(
     tiles: Option<AmxBf16>,
     spec: &Conv1dSpec,
     x: &[f32],
-    w: &[u16],
+    w: Bf16Filters<'_>,
     bias: Option<&[f32]>,
     y: &mut [f32],
 ) {
@@ -103,29 +105,117 @@ impl DenseRows<'_> {
     }
 }
 
-/// Packs the filters `w` (`[c_out, c_in, K]` bf16 bits) of a dense convolution once, into
-/// scratch reused across calls, and runs `body` with them (on the AMX kernel where `tiles` is
-/// given and the convolution [fits](super::conv_bf16_amx::fits) them). `spec` must have been
-/// validated against `w` and `bias`.
+/// The filters of a dense bf16 convolution as a caller holds them.
+#[derive(Clone, Copy)]
+pub(crate) enum Bf16Filters<'a> {
+    /// `[c_out, c_in, K]` bf16 bits, packed per call.
+    Bits(&'a [u16]),
+    /// Packed at upload for the convolution's shape.
+    Packed(&'a PackedBf16Filters),
+}
+
+impl Bf16Filters<'_> {
+    /// Values in the bank, `c_out · c_in · K` for a bank of the convolution's size.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Bf16Filters::Bits(w) => w.len(),
+            Bf16Filters::Packed(p) => p.len(),
+        }
+    }
+}
+
+/// The kernel a dense bf16 convolution runs on and its panels' pairs per tap: the AMX tiles
+/// where they are given and [fit](super::conv_bf16_amx::fits) the convolution, their panels
+/// padded with zero pairs to whole 16-pair steps; else AVX-512 BF16 over `⌈c_in/2⌉` pairs.
+fn panel_layout(spec: &Conv1dSpec, tiles: Option<AmxBf16>) -> (Option<AmxBf16>, usize) {
+    let tiles = tiles.filter(|_| amx::fits(spec));
+    let pairs = if tiles.is_some() { amx::padded_pairs(spec.c_in) } else { spec.c_in.div_ceil(2) };
+    (tiles, pairs)
+}
+
+/// A dense convolution's bf16 filters packed once, at upload, as [`with_packed_filters`] would
+/// pack them on every call (the same panels, for the kernel the backend runs), and held in that
+/// form only: the bf16 bank's bytes, plus the padding to whole panels. On a short input the
+/// per-call packing of a 1,024-channel bank cost about as much as the convolution itself.
+#[derive(Clone, Debug)]
+pub(crate) struct PackedBf16Filters {
+    /// `(c_out, c_in, kernel)` the bank was packed for.
+    shape: (usize, usize, usize),
+    /// Pairs per tap in a panel (see [`panel_layout`]).
+    pairs: usize,
+    /// On a cache line, as the per-call scratch is: the kernels load a line of it per vector.
+    panels: LineVec<u32>,
+}
+
+impl PackedBf16Filters {
+    /// Packs the bf16 filters `w` (`[c_out, c_in, K]` bits, `spec`'s size, `groups == 1`) for
+    /// the kernel a convolution of `spec` runs on with `tiles`, on the current rayon pool.
+    pub(crate) fn pack(spec: &Conv1dSpec, tiles: Option<AmxBf16>, w: &[u16]) -> Self {
+        let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
+        debug_assert!(spec.groups == 1 && w.len() == c_out * c_in * kernel, "a dense bank of the spec's size");
+        let (_, pairs) = panel_layout(spec, tiles);
+        let panel_len = kernel * pairs * NR;
+        let mut panels = LineVec::zeroed(c_out.div_ceil(NR) * panel_len);
+        panels.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, pairs, panel));
+        PackedBf16Filters { shape: (c_out, c_in, kernel), pairs, panels }
+    }
+
+    /// Values in the bank: `c_out · c_in · kernel`.
+    pub(crate) fn len(&self) -> usize {
+        self.shape.0 * self.shape.1 * self.shape.2
+    }
+
+    /// Whether this bank was packed for the filters of the dense convolution `spec`.
+    pub(crate) fn fits(&self, spec: &Conv1dSpec) -> bool {
+        spec.groups == 1 && self.shape == (spec.c_out, spec.c_in, spec.kernel)
+    }
+
+    /// The bf16 bits of values `offset..offset + out.len()` of the `[c_out, c_in, K]` bank
+    /// (within [`PackedBf16Filters::len`]).
+    pub(crate) fn bits_into(&self, offset: usize, out: &mut [u16]) {
+        let (_, c_in, kernel) = self.shape;
+        let panel_len = kernel * self.pairs * NR;
+        for (e, o) in (offset..).zip(out.iter_mut()) {
+            let (co, ci, k) = (e / (c_in * kernel), e / kernel % c_in, e % kernel);
+            let dword = self.panels[co / NR * panel_len + (k * self.pairs + ci / 2) * NR + co % NR];
+            *o = (dword >> (16 * (ci % 2))) as u16;
+        }
+    }
+}
+
+/// Runs `body` with the packed filters of a dense convolution (on the AMX kernel where `tiles`
+/// is given and the convolution [fits](super::conv_bf16_amx::fits) them): a bank packed at
+/// upload for this shape and kernel as it is, bf16 bits packed now into scratch reused across
+/// calls. `spec` must have been validated against `w` and `bias`.
 pub(crate) fn with_packed_filters<R>(
     cpu: Avx512Bf16,
     tiles: Option<AmxBf16>,
     spec: &Conv1dSpec,
-    w: &[u16],
+    w: Bf16Filters<'_>,
     bias: Option<&[f32]>,
     body: impl FnOnce(&DenseRows<'_>) -> R,
 ) -> R {
     debug_assert_eq!(spec.groups, 1, "the bf16 convolution takes dense convolutions only");
-    let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
-    let tiles = tiles.filter(|_| amx::fits(spec));
-    // The tiles read whole 16-pair steps: their panels are padded with zero pairs to that.
-    let pairs = if tiles.is_some() { amx::padded_pairs(c_in) } else { c_in.div_ceil(2) };
+    let Conv1dSpec { c_out, kernel, .. } = *spec;
+    let (tiles, pairs) = panel_layout(spec, tiles);
+    let rows_per_block = rows_per_block(spec, rayon::current_num_threads(), if tiles.is_some() { amx::MR } else { MR });
+    let bits = match w {
+        Bf16Filters::Packed(p) if p.fits(spec) && p.pairs == pairs => {
+            return body(&DenseRows { cpu, tiles, spec, packed: &p.panels, bias, rows_per_block });
+        }
+        Bf16Filters::Packed(p) => {
+            // Packed for another kernel (not one this backend runs): unpacked, then packed
+            // as bits are.
+            let mut bits = vec![0u16; p.len()];
+            p.bits_into(0, &mut bits);
+            std::borrow::Cow::Owned(bits)
+        }
+        Bf16Filters::Bits(w) => std::borrow::Cow::Borrowed(w),
+    };
     let panel_len = kernel * pairs * NR;
     let panels = c_out.div_ceil(NR);
     with_shared_scratch_u32(panels * panel_len, |packed| {
-        packed.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, w, jp * NR, pairs, panel));
-        let packed = &*packed;
-        let rows_per_block = rows_per_block(spec, rayon::current_num_threads(), if tiles.is_some() { amx::MR } else { MR });
+        packed.par_chunks_mut(panel_len.max(1)).enumerate().for_each(|(jp, panel)| pack_filters(spec, &bits, jp * NR, pairs, panel));
         body(&DenseRows { cpu, tiles, spec, packed, bias, rows_per_block })
     })
 }

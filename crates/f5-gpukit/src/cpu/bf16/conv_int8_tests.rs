@@ -351,12 +351,19 @@ fn filters_held_only_in_int8_compute_as_the_kept_bank_read_back_dequantised_and_
     let mut c = int8.alloc(20).unwrap();
     let a1 = int8.upload(&vec![1.0; per]).unwrap();
     assert!(int8.gemm(&crate::GemmSpec::linear(1, per, 20), &a1, &held, None, &mut c).is_err());
-    // Where the int8 kernel does not apply (grouped) or there is no int8 mode, the upload is
-    // upload_weight_int8's: a bf16 weight.
+    // Where the int8 kernel does not apply (grouped), the upload is upload_weight_int8's: a
+    // bf16 weight. Without an int8 mode a dense bank is upload_conv_filters's: packed for the
+    // bf16 kernel where that runs, else a bf16 weight; either way the bf16 values.
     let grouped = Conv1dSpec::new(1, 30, 8, 8, 3).groups(4).pad(1);
     assert!(int8.upload_conv_filters_int8(&[0.1; 8 * 2 * 3], &grouped).unwrap().is_bf16());
     let bf16 = CpuBf16Backend::with_threads(2).expect("bf16 backend");
-    assert!(bf16.upload_conv_filters_int8(&w, &spec).unwrap().is_bf16());
+    let rounded: Vec<f32> = w.iter().map(|&v| from_bf16(to_bf16(v))).collect();
+    for dot in [true, false] {
+        let kit = bf16.clone().with_bf16_dot_products(dot);
+        let up = kit.upload_conv_filters_int8(&w, &spec).unwrap();
+        assert_eq!(up.is_bf16(), !dot, "bf16 dot products {dot}: packed only where they run");
+        assert_eq!(kit.download(&up).unwrap(), rounded);
+    }
 }
 
 /// Deterministic values in `[lo, hi)`.
@@ -392,7 +399,7 @@ fn fused_adain_snake_conv_gives_the_two_ops_bits_and_never_writes_the_scratch() 
         let weights = if int8_filters {
             [kit.upload_weight_int8(&w).unwrap(), kit.upload_conv_filters_int8(&w, &conv).unwrap()]
         } else {
-            [kit.upload_weight(&w).unwrap(), kit.upload_weight(&w).unwrap()]
+            [kit.upload_weight(&w).unwrap(), kit.upload_conv_filters(&w, &conv).unwrap()]
         };
         for (wb, affine) in weights.iter().zip([None, Some((&affine.0, &affine.1))]) {
             // The two ops.

@@ -14,9 +14,9 @@
 //! run through the same checks and must fail them.
 
 use super::amx::AmxBf16;
-use super::conv1d_dense;
+use super::{conv1d_dense, Bf16Filters, PackedBf16Filters};
 use crate::cpu::bf16::gemm::{from_bf16, to_bf16, Avx512Bf16};
-use crate::cpu::bf16::CpuBf16Backend;
+use crate::cpu::bf16::{CpuBf16Backend, CpuBuf};
 use crate::spec::{Conv1dSpec, PadMode};
 use crate::{Backend, CpuBackend};
 
@@ -200,7 +200,30 @@ fn run_kernel(
     let wb: Vec<u16> = w.iter().map(|&v| to_bf16(v)).collect();
     let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
-    pool.install(|| conv1d_dense(cpu, tiles, spec, x, &wb, bias, &mut y));
+    pool.install(|| conv1d_dense(cpu, tiles, spec, x, Bf16Filters::Bits(&wb), bias, &mut y));
+    y
+}
+
+/// As [`run_kernel`], with the filters packed first as an upload packs them: for the kernel of
+/// `packed_for` (which may be another than the one that runs).
+#[allow(clippy::too_many_arguments)]
+fn run_kernel_prepacked(
+    cpu: Avx512Bf16,
+    tiles: Option<AmxBf16>,
+    packed_for: Option<AmxBf16>,
+    spec: &Conv1dSpec,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    threads: usize,
+) -> Vec<f32> {
+    let wb: Vec<u16> = w.iter().map(|&v| to_bf16(v)).collect();
+    let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
+    pool.install(|| {
+        let packed = PackedBf16Filters::pack(spec, packed_for, &wb);
+        conv1d_dense(cpu, tiles, spec, x, Bf16Filters::Packed(&packed), bias, &mut y)
+    });
     y
 }
 
@@ -300,4 +323,86 @@ fn backend_runs_dense_bf16_filters_on_the_kernel_and_grouped_ones_in_f32() {
     // A wrong filter length is refused, not read past.
     let short = bf16.upload_weight(&w[1..]).unwrap();
     assert!(bf16.conv1d(&spec, &xb, &short, Some(&bb), &mut yb).is_err());
+}
+
+#[test]
+fn filters_packed_at_upload_compute_as_the_bits_do_on_either_kernel_and_read_back_as_bf16() {
+    let Some(cpu) = kernel_available("bf16 filters packed at upload") else { return };
+    for (i, spec) in shapes().into_iter().chain(tile_shapes()).enumerate() {
+        let (x, w, bias) = data(&spec, 0xbac + i as u64);
+        for tiles in kernels() {
+            let want = run_kernel(cpu, tiles, &spec, &x, &w, Some(&bias), 2);
+            // Packed for the kernel that runs (used as it is), and for the other one (unpacked
+            // and packed again per call): the same outputs, bit for bit.
+            for packed_for in kernels() {
+                let got = run_kernel_prepacked(cpu, tiles, packed_for, &spec, &x, &w, Some(&bias), 2);
+                let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{spec:?} AMX {} packed for AMX {}: not the bits' outputs", tiles.is_some(), packed_for.is_some());
+            }
+        }
+        // Read back (from any offset): the bf16 bits that were packed.
+        let bits: Vec<u16> = w.iter().map(|&v| to_bf16(v)).collect();
+        for tiles in kernels() {
+            let packed = PackedBf16Filters::pack(&spec, tiles, &bits);
+            let mut back = vec![0u16; bits.len()];
+            packed.bits_into(0, &mut back);
+            assert_eq!(back, bits, "{spec:?}: read back");
+            let from = bits.len() / 3;
+            let mut tail = vec![0u16; bits.len() - from];
+            packed.bits_into(from, &mut tail);
+            assert_eq!(tail, bits[from..], "{spec:?}: read back from {from}");
+        }
+    }
+}
+
+#[test]
+fn backend_packs_dense_filters_at_upload_and_keeps_them_read_only() {
+    let Some(_) = kernel_available("bf16 backend upload_conv_filters") else { return };
+    let f32k = CpuBackend::with_threads(2).expect("f32 backend");
+    let spec = Conv1dSpec::new(1, 100, 64, 40, 3).dilation(2).pad(2);
+    let (x, w, bias) = data(&spec, 31);
+    let rounded: Vec<f32> = w.iter().map(|&v| from_bf16(to_bf16(v))).collect();
+    let base = CpuBf16Backend::with_threads(2).expect("bf16 backend").with_bf16_dot_products(true);
+    for kit in [base.clone(), base.clone().without_amx()] {
+        let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&bias).unwrap());
+        let mut packed = kit.upload_conv_filters(&w, &spec).unwrap();
+        let bits = kit.upload_weight(&w).unwrap();
+        assert!(!packed.is_bf16() && bits.is_bf16(), "packed: held packed only");
+        let run = |wt: &CpuBuf, spec: &Conv1dSpec, x: &CpuBuf| {
+            let mut y = kit.alloc(spec.n_out() * spec.c_out).unwrap();
+            kit.conv1d(spec, x, wt, Some(&bb), &mut y).map(|()| kit.download(&y).unwrap())
+        };
+        let (a, b) = (run(&packed, &spec, &xb).unwrap(), run(&bits, &spec, &xb).unwrap());
+        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "same filters, same kernel, same bits");
+        assert_eq!(kit.download(&packed).unwrap(), rounded, "read back as the bf16 values");
+        // Writes and fills are refused, the values left as they were.
+        assert!(kit.write(&mut packed, 0, &[1.0]).is_err());
+        assert!(kit.fill(&mut packed, 0, 4, 0.0).is_err());
+        assert_eq!(kit.download(&packed).unwrap(), rounded, "untouched by the refused writes");
+        // Another shape with as many values: the f32 convolution of those values.
+        let other = Conv1dSpec::new(1, 50, 40, 64, 3).pad(1);
+        let ox: Vec<f32> = (0..50 * 40).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+        let ob = kit.upload(&ox).unwrap();
+        let obias = kit.upload(&vec![0.0; 64]).unwrap();
+        let mut y = kit.alloc(other.n_out() * 64).unwrap();
+        kit.conv1d(&other, &ob, &packed, Some(&obias), &mut y).unwrap();
+        let mut want = vec![0.0; other.n_out() * 64];
+        f32k.conv1d(&other, &ox, &rounded, Some(&vec![0.0; 64]), &mut want).unwrap();
+        assert_eq!(kit.download(&y).unwrap(), want, "another shape: f32 on the values");
+        // Ops that read weights in f32 take it: a GEMM over its values.
+        let per = spec.c_in * spec.kernel;
+        let (a1, mut c) = (kit.upload(&vec![1.0; per]).unwrap(), kit.alloc(spec.c_out).unwrap());
+        kit.gemm(&crate::GemmSpec::linear(1, per, spec.c_out), &a1, &packed, None, &mut c).unwrap();
+        let sums: Vec<f32> = kit.download(&c).unwrap();
+        let want_sums: Vec<f32> = rounded.chunks(per).map(|f| f.iter().sum()).collect();
+        let close = sums.iter().zip(&want_sums).all(|(g, w)| (g - w).abs() <= 1e-4 * (1.0 + w.abs()));
+        assert!(close, "gemm over the packed values: {sums:?} vs {want_sums:?}");
+        // A short bank is not packed (uploaded as a plain bf16 weight) and conv1d refuses it.
+        let short = kit.upload_conv_filters(&w[1..], &spec).unwrap();
+        assert!(short.is_bf16());
+        assert!(run(&short, &spec, &xb).is_err());
+    }
+    // Where the bf16 dot products do not run, the upload is upload_weight's.
+    let plain = base.with_bf16_dot_products(false);
+    assert!(plain.upload_conv_filters(&w, &spec).unwrap().is_bf16());
 }

@@ -64,7 +64,7 @@ pub(crate) fn conv_transpose1d_dense(
     let groups = grouped.n_out();
     let filters = phase_filters(spec, w);
     let wide_bias: Option<Vec<f32>> = bias.map(|bv| bv[..c_out].repeat(stride));
-    conv::with_packed_filters(cpu, tiles, &grouped, &filters, wide_bias.as_deref(), |rows| {
+    conv::with_packed_filters(cpu, tiles, &grouped, conv::Bf16Filters::Bits(&filters), wide_bias.as_deref(), |rows| {
         for b in 0..batch {
             let xb = &x[b * n * c_in..(b + 1) * n * c_in];
             let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];

@@ -113,7 +113,8 @@ pub fn cpu_int8_missing_feature() -> Option<&'static str> {
 
 /// A buffer of [`CpuBf16Backend`]: f32 values, a GEMM weight stored as bf16, an f32-computed
 /// weight stored as f16 ([`Backend::upload_weight_compact`]), or a dense convolution's filter
-/// bank held only in int8 ([`Backend::upload_conv_filters_int8`] in the int8 mode). A filter bank
+/// bank held only packed for its kernel: in bf16 ([`Backend::upload_conv_filters`]) or in int8
+/// ([`Backend::upload_conv_filters_int8`] in the int8 mode). A filter bank
 /// uploaded with `upload_weight_int8` in the int8 mode also keeps, once a dense convolution has
 /// used it, its int8 form (the second field: `None` for every other buffer).
 #[derive(Clone, Debug)]
@@ -130,6 +131,10 @@ enum Repr {
     /// form only (one byte a value, against two for bf16 plus one for a kept int8 copy): read-only,
     /// read back as the values it computes with.
     Int8(Box<conv_int8::PackedFilters>),
+    /// A dense convolution's bf16 filters, packed for the bf16 kernel at upload
+    /// ([`Backend::upload_conv_filters`]) and held in that form only: read-only, read back as
+    /// the bf16 values.
+    Bf16Conv(Box<conv::PackedBf16Filters>),
     /// A `Linear` weight whose products stay close to f32, split into bf16 `hi` and `lo` parts
     /// and packed for the AMX bf16 tiles ([`Backend::upload_linear_weight_near_f32`]): read-only,
     /// read back as `hi + lo`.
@@ -141,7 +146,7 @@ enum DenseKernel<'w> {
     /// The int8 kernel (VNNI, or the AMX int8 tiles), with the packed int8 filters.
     Int8(Avx512Vnni, Cow<'w, conv_int8::PackedFilters>),
     /// The bf16 kernel (AVX-512 BF16, or the AMX bf16 tiles), with the bf16 filters.
-    Bf16(Avx512Bf16, &'w [u16]),
+    Bf16(Avx512Bf16, conv::Bf16Filters<'w>),
 }
 
 impl CpuBuf {
@@ -180,6 +185,7 @@ impl CpuBuf {
             Repr::Bf16(v) => v.len(),
             Repr::F16(v) => v.len(),
             Repr::Int8(p) => p.len(),
+            Repr::Bf16Conv(p) => p.len(),
             Repr::Split(w) => w.len(),
         }
     }
@@ -188,7 +194,7 @@ impl CpuBuf {
     fn f32(&self, op: &'static str) -> Result<&Vec<f32>> {
         match &self.0 {
             Repr::F32(v) => Ok(v),
-            Repr::Bf16(_) | Repr::F16(_) | Repr::Int8(_) | Repr::Split(_) => Err(not_f32(op, &self.0)),
+            Repr::Bf16(_) | Repr::F16(_) | Repr::Int8(_) | Repr::Bf16Conv(_) | Repr::Split(_) => Err(not_f32(op, &self.0)),
         }
     }
 
@@ -204,7 +210,7 @@ impl CpuBuf {
         match &self.0 {
             Repr::F32(v) => Some(Operand::F32(v)),
             Repr::Bf16(v) => Some(Operand::Bf16(v)),
-            Repr::F16(_) | Repr::Int8(_) | Repr::Split(_) => None,
+            Repr::F16(_) | Repr::Int8(_) | Repr::Bf16Conv(_) | Repr::Split(_) => None,
         }
     }
 
@@ -221,6 +227,13 @@ impl CpuBuf {
             }
             Repr::F16(v) => crate::cpu::simd::widen_f16(&v[offset..end], out),
             Repr::Int8(p) => p.dequantize_into(offset, out),
+            Repr::Bf16Conv(p) => {
+                let mut bits = vec![0u16; out.len()];
+                p.bits_into(offset, &mut bits);
+                for (o, b) in out.iter_mut().zip(bits) {
+                    *o = gemm::from_bf16(b);
+                }
+            }
             Repr::Split(w) => w.read_into(offset, out),
         }
         Ok(())
@@ -241,6 +254,7 @@ impl CpuBuf {
             }
             Repr::F16(v) => v[offset..end].convert_from_f32_slice(data),
             Repr::Int8(_) => return Err(int8_read_only(op)),
+            Repr::Bf16Conv(_) => return Err(packed_bf16_read_only(op)),
             Repr::Split(_) => return Err(split_read_only(op)),
         }
         Ok(())
@@ -255,9 +269,28 @@ fn is_plain_linear(spec: &GemmSpec) -> bool {
     spec.batch == 1 && spec.beta == 0.0 && spec.a == linear.a && spec.b == linear.b && spec.c == linear.c
 }
 
+/// Whether `len` values are the filters `[c_out, c_in, K]` of the dense convolution `spec`.
+fn is_dense_bank(spec: &Conv1dSpec, len: usize) -> bool {
+    spec.groups == 1 && spec.c_out.checked_mul(spec.c_in).and_then(|v| v.checked_mul(spec.kernel)) == Some(len)
+}
+
+/// `data` rounded to bf16 (to nearest even), as bits.
+fn bf16_bits(data: &[f32]) -> Result<Vec<u16>> {
+    let mut bits = Vec::new();
+    bits.try_reserve_exact(data.len()).map_err(|_| KitError::OutOfMemory(data.len()))?;
+    bits.extend(data.iter().map(|&v| gemm::to_bf16(v)));
+    Ok(bits)
+}
+
 /// A write to a filter bank held only in int8: refused, the values left as they were.
 fn int8_read_only(op: &'static str) -> KitError {
     shape_err(op, "operand is an int8 filter bank (upload_conv_filters_int8 in the int8 mode), which is read-only")
+}
+
+/// A write to a filter bank held only packed for the bf16 kernel: refused, the values left as
+/// they were.
+fn packed_bf16_read_only(op: &'static str) -> KitError {
+    shape_err(op, "operand is a packed bf16 filter bank (upload_conv_filters on the bf16 CPU backend), which is read-only")
 }
 
 /// A write to a split Linear weight: refused, the values left as they were.
@@ -271,6 +304,9 @@ fn not_f32(op: &'static str, repr: &Repr) -> KitError {
         match repr {
             Repr::Int8(_) => {
                 "operand is an int8 filter bank (upload_conv_filters_int8 in the int8 mode); only conv1d with the shape it was packed for and the read calls take it"
+            }
+            Repr::Bf16Conv(_) => {
+                "operand is a packed bf16 filter bank (upload_conv_filters on the bf16 CPU backend); only conv1d, the ops that read weights in f32 and the read calls take it"
             }
             Repr::Split(_) => {
                 "operand is a split Linear weight (upload_linear_weight_near_f32 on the bf16 CPU backend); only gemm, the ops that read weights in f32 and the read calls take it"
@@ -410,6 +446,9 @@ impl CpuBf16Backend {
         let int8 = self.int8.filter(|_| conv_int8::supports(spec));
         match &weight.0 {
             Repr::Int8(filters) => int8.filter(|_| filters.fits(spec)).map(|vnni| DenseKernel::Int8(vnni, Cow::Borrowed(&**filters))),
+            Repr::Bf16Conv(filters) => {
+                self.bf16_dot.filter(|_| filters.fits(spec)).map(|cpu| DenseKernel::Bf16(cpu, conv::Bf16Filters::Packed(filters)))
+            }
             // Packed (once, kept) only for a bank of the spec's size: a wrong length is left to
             // the caller's validation, which names it, rather than read past.
             Repr::Bf16(w) => match int8
@@ -417,7 +456,7 @@ impl CpuBf16Backend {
                 .and_then(|vnni| Some((vnni, weight.int8_filters(spec, w)?)))
             {
                 Some((vnni, filters)) => Some(DenseKernel::Int8(vnni, filters)),
-                None => self.bf16_dot.filter(|_| spec.groups == 1).map(|cpu| DenseKernel::Bf16(cpu, w)),
+                None => self.bf16_dot.filter(|_| spec.groups == 1).map(|cpu| DenseKernel::Bf16(cpu, conv::Bf16Filters::Bits(w))),
             },
             Repr::F32(_) | Repr::F16(_) | Repr::Split(_) => None,
         }
@@ -484,7 +523,7 @@ impl CpuBf16Backend {
                     );
                 }
             }
-            DenseKernel::Bf16(cpu, w) => conv::with_packed_filters(*cpu, self.amx_bf16, conv, w, bias, |dense| {
+            DenseKernel::Bf16(cpu, w) => conv::with_packed_filters(*cpu, self.amx_bf16, conv, *w, bias, |dense| {
                 for (b, yb) in outputs.enumerate() {
                     let (xb, rows) = item(b);
                     dense.run(xb, Some(&|row: &[f32], mapped: &mut [f32]| rows.row(row, mapped)), 0, yb);
@@ -570,7 +609,7 @@ impl CpuBf16Backend {
     /// copy is freed with the op rather than kept: a kept scratch would hold the largest weight's
     /// f32 size for the model's lifetime, while a freed one is reused by the allocator.
     fn wide<'a>(&self, op: &'static str, buf: &'a CpuBuf) -> Result<Wide<'a>> {
-        if !matches!(buf.0, Repr::F16(_) | Repr::Split(_)) {
+        if !matches!(buf.0, Repr::F16(_) | Repr::Split(_) | Repr::Bf16Conv(_)) {
             return buf.f32(op).map(Wide::Held);
         }
         let mut out = Vec::new();
@@ -640,10 +679,7 @@ impl Backend for CpuBf16Backend {
 
     /// Stores the weight once, as bf16 (round to nearest even).
     fn upload_weight(&self, data: &[f32]) -> Result<CpuBuf> {
-        let mut v = Vec::new();
-        v.try_reserve_exact(data.len()).map_err(|_| KitError::OutOfMemory(data.len()))?;
-        v.extend(data.iter().map(|&x| gemm::to_bf16(x)));
-        Ok(CpuBuf::of(Repr::Bf16(v)))
+        Ok(CpuBuf::of(Repr::Bf16(bf16_bits(data)?)))
     }
 
     /// Stored as IEEE f16 (round to nearest even) where every value is within f16's range, else
@@ -684,17 +720,31 @@ impl Backend for CpuBf16Backend {
         Ok(buf)
     }
 
+    /// Where the bf16 kernel runs (the bf16 dot products pay on this CPU) and `data` is a dense
+    /// bank of `spec`'s size: rounded to bf16 and packed now for that kernel (the AMX tiles'
+    /// panels where they take the shape), held in that form only. Otherwise as `upload_weight`.
+    fn upload_conv_filters(&self, data: &[f32], spec: &Conv1dSpec) -> Result<CpuBuf> {
+        if self.bf16_dot.is_none() || !is_dense_bank(spec, data.len()) {
+            return self.upload_weight(data);
+        }
+        let bits = bf16_bits(data)?;
+        let packed = self.f32.run(|| conv::PackedBf16Filters::pack(spec, self.amx_bf16, &bits));
+        Ok(CpuBuf::of(Repr::Bf16Conv(Box::new(packed))))
+    }
+
     /// In the int8 mode, a dense bank the int8 kernel takes is quantised and packed now (from
-    /// its bf16 rounding, as `upload_weight_int8`'s is on first use) and held in that form only;
-    /// otherwise as `upload_weight_int8`.
+    /// its bf16 rounding, as `upload_weight_int8`'s is on first use) and held in that form only.
+    /// A dense bank the int8 mode does not take (or any, outside it) is `upload_conv_filters`'s;
+    /// any other, `upload_weight_int8`'s.
     fn upload_conv_filters_int8(&self, data: &[f32], spec: &Conv1dSpec) -> Result<CpuBuf> {
-        let dense = spec.groups == 1 && spec.c_out.checked_mul(spec.c_in).and_then(|v| v.checked_mul(spec.kernel)) == Some(data.len());
-        if self.int8.is_none() || !dense || !conv_int8::supports(spec) {
+        let dense = is_dense_bank(spec, data.len());
+        if dense && (self.int8.is_none() || !conv_int8::supports(spec)) {
+            return self.upload_conv_filters(data, spec);
+        }
+        if !dense {
             return self.upload_weight_int8(data);
         }
-        let mut bits = Vec::new();
-        bits.try_reserve_exact(data.len()).map_err(|_| KitError::OutOfMemory(data.len()))?;
-        bits.extend(data.iter().map(|&v| gemm::to_bf16(v)));
+        let bits = bf16_bits(data)?;
         let packed = self.f32.run(|| conv_int8::PackedFilters::pack(spec, &bits));
         Ok(CpuBuf::of(Repr::Int8(Box::new(packed))))
     }
@@ -749,6 +799,7 @@ impl Backend for CpuBf16Backend {
                 Ok(())
             }
             Repr::Int8(_) => Err(int8_read_only("fill")),
+            Repr::Bf16Conv(_) => Err(packed_bf16_read_only("fill")),
             Repr::Split(_) => Err(split_read_only("fill")),
         }
     }
@@ -893,7 +944,7 @@ impl Backend for CpuBf16Backend {
                 self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv1d(spec, x, wide, bias, y)));
                 Ok(())
             }
-            (None, Repr::F32(_) | Repr::F16(_) | Repr::Split(_)) => {
+            (None, Repr::F32(_) | Repr::F16(_) | Repr::Bf16Conv(_) | Repr::Split(_)) => {
                 let w = self.wide(op, weight)?;
                 self.f32.conv1d(spec, x, &w, bias_vec, y)
             }
@@ -952,7 +1003,7 @@ impl Backend for CpuBf16Backend {
         let bias = bias.map(|b| b.f32(op)).transpose()?;
         let (x, y) = (x.f32(op)?, y.f32_mut(op)?);
         match &weight.0 {
-            Repr::F32(_) | Repr::F16(_) | Repr::Int8(_) | Repr::Split(_) => {
+            Repr::F32(_) | Repr::F16(_) | Repr::Int8(_) | Repr::Bf16Conv(_) | Repr::Split(_) => {
                 let w = self.wide(op, weight)?;
                 self.f32.conv_transpose1d(spec, x, &w, bias, y)
             }
