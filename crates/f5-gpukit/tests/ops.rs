@@ -1343,6 +1343,17 @@ pub fn buffers<B: Backend>(kit: &B) {
     assert_eq!(kit.download(&z).unwrap(), vec![0.0, 0.0, 1.0, 7.0, 8.0, -1.0]);
     assert!(kit.fill(&mut z, 5, 2, 0.0).is_err());
     assert!(kit.read(&z, 4, &mut [0.0; 3]).is_err());
+    // A large copy (a backend may split it across threads) between offsets that split no
+    // chunk evenly: exactly the span moves, the values around it stay.
+    let n = (1 << 19) + 12_345;
+    let src: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let (from, to, len) = (7, 1_001, n - 4_000);
+    let sb = kit.upload(&src).unwrap();
+    let mut db = kit.upload(&vec![-1.0; n]).unwrap();
+    kit.copy(&sb, from, &mut db, to, len).unwrap();
+    let got = kit.download(&db).unwrap();
+    let want: Vec<f32> = (0..n).map(|i| if (to..to + len).contains(&i) { (i - to + from) as f32 } else { -1.0 }).collect();
+    assert!(got == want, "large copy");
     let _ = kit.device();
 }
 

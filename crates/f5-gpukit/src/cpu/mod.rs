@@ -40,14 +40,15 @@ impl Default for CpuBackend {
     }
 }
 
-/// Buffers of at least this many values (1 MiB) are zeroed on every thread of the pool: the
-/// zeroing is often a fresh buffer's first touch, a page fault per 4 KiB. At Kokoro's last
-/// generator stage (128 channels at 4,800 frames/s, 9.4 MB a buffer) one thread took 8 ms to
-/// zero the three buffers of the source branch, seven times the convolution that fills one of
-/// them; two threads take 4.5 ms (a 2-core Xeon).
-const PARALLEL_ZEROING_MIN: usize = 1 << 18;
-/// Values per task of the parallel zeroing (256 KiB).
-const ZEROING_CHUNK: usize = 1 << 16;
+/// Buffers of at least this many values (1 MiB) are zeroed, and copies of as many made, on every
+/// thread of the pool: the zeroing is often a fresh buffer's first touch, a page fault per 4 KiB.
+/// At Kokoro's last generator stage (128 channels at 4,800 frames/s, 9.4 MB a buffer) one thread
+/// took 8 ms to zero the three buffers of the source branch, seven times the convolution that
+/// fills one of them; two threads take 4.5 ms (a 2-core Xeon). Copying an 80 MB activation (the
+/// 32 s input's last stage) took 14 ms on one thread of a 2-core Xeon VM.
+const PARALLEL_MIN_VALUES: usize = 1 << 18;
+/// Values per task of the parallel zeroing and copies (256 KiB).
+const PARALLEL_CHUNK: usize = 1 << 16;
 
 impl CpuBackend {
     /// On rayon's global pool.
@@ -313,12 +314,12 @@ impl Backend for CpuBackend {
     fn alloc(&self, len: usize) -> Result<Vec<f32>> {
         let mut v = Vec::new();
         v.try_reserve_exact(len).map_err(|_| KitError::OutOfMemory(len))?;
-        if len < PARALLEL_ZEROING_MIN {
+        if len < PARALLEL_MIN_VALUES {
             v.resize(len, 0.0);
             return Ok(v);
         }
         let spare = &mut v.spare_capacity_mut()[..len];
-        self.run(|| spare.par_chunks_mut(ZEROING_CHUNK).for_each(|c| c.fill(std::mem::MaybeUninit::new(0.0))));
+        self.run(|| spare.par_chunks_mut(PARALLEL_CHUNK).for_each(|c| c.fill(std::mem::MaybeUninit::new(0.0))));
         // SAFETY: the capacity is at least `len` (reserved above) and its first `len` values
         // were all just written.
         unsafe { v.set_len(len) };
@@ -363,7 +364,16 @@ impl Backend for CpuBackend {
         let d_end = dst_off.checked_add(len).filter(|&e| e <= dst.len());
         match (s_end, d_end) {
             (Some(se), Some(de)) => {
-                dst[dst_off..de].copy_from_slice(&src[src_off..se]);
+                let (dst, src) = (&mut dst[dst_off..de], &src[src_off..se]);
+                if len < PARALLEL_MIN_VALUES {
+                    dst.copy_from_slice(src);
+                } else {
+                    // Large copies (the generator's 80 MB activations) on every thread: one
+                    // core's stream falls well short of the memory bandwidth on a server.
+                    self.run(|| {
+                        dst.par_chunks_mut(PARALLEL_CHUNK).zip(src.par_chunks(PARALLEL_CHUNK)).for_each(|(d, s)| d.copy_from_slice(s))
+                    });
+                }
                 Ok(())
             }
             _ => Err(shape_err("copy", format!("{len} values from {src_off} (of {}) to {dst_off} (of {})", src.len(), dst.len()))),
