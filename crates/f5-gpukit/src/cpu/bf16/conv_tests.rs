@@ -197,20 +197,16 @@ fn run_kernel(
     bias: Option<&[f32]>,
     threads: usize,
 ) -> Vec<f32> {
-    let wb: Vec<u16> = w.iter().map(|&v| to_bf16(v)).collect();
-    let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
-    pool.install(|| conv1d_dense(cpu, tiles, spec, x, Bf16Filters::Bits(&wb), bias, &mut y));
-    y
+    run_kernel_on(cpu, tiles, None, spec, x, w, bias, threads)
 }
 
-/// As [`run_kernel`], with the filters packed first as an upload packs them: for the kernel of
-/// `packed_for` (which may be another than the one that runs).
+/// As [`run_kernel`], with the filters packed first as an upload packs them when `prepacked` is
+/// given: for the kernel of `Some(packed_for)` (which may be another than the one that runs).
 #[allow(clippy::too_many_arguments)]
-fn run_kernel_prepacked(
+fn run_kernel_on(
     cpu: Avx512Bf16,
     tiles: Option<AmxBf16>,
-    packed_for: Option<AmxBf16>,
+    prepacked: Option<Option<AmxBf16>>,
     spec: &Conv1dSpec,
     x: &[f32],
     w: &[f32],
@@ -220,9 +216,12 @@ fn run_kernel_prepacked(
     let wb: Vec<u16> = w.iter().map(|&v| to_bf16(v)).collect();
     let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
-    pool.install(|| {
-        let packed = PackedBf16Filters::pack(spec, packed_for, &wb);
-        conv1d_dense(cpu, tiles, spec, x, Bf16Filters::Packed(&packed), bias, &mut y)
+    pool.install(|| match prepacked {
+        None => conv1d_dense(cpu, tiles, spec, x, Bf16Filters::Bits(&wb), bias, &mut y),
+        Some(packed_for) => {
+            let packed = PackedBf16Filters::pack(spec, packed_for, &wb);
+            conv1d_dense(cpu, tiles, spec, x, Bf16Filters::Packed(&packed), bias, &mut y)
+        }
     });
     y
 }
@@ -335,7 +334,7 @@ fn filters_packed_at_upload_compute_as_the_bits_do_on_either_kernel_and_read_bac
             // Packed for the kernel that runs (used as it is), and for the other one (unpacked
             // and packed again per call): the same outputs, bit for bit.
             for packed_for in kernels() {
-                let got = run_kernel_prepacked(cpu, tiles, packed_for, &spec, &x, &w, Some(&bias), 2);
+                let got = run_kernel_on(cpu, tiles, Some(packed_for), &spec, &x, &w, Some(&bias), 2);
                 let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{spec:?} AMX {} packed for AMX {}: not the bits' outputs", tiles.is_some(), packed_for.is_some());
             }
