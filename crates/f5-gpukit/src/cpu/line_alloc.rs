@@ -107,9 +107,11 @@ unsafe impl GlobalAlloc for LineAligned {
 /// The request for transparent huge pages on large blocks.
 mod huge_pages {
     /// A huge page (x86-64 and AArch64 with 4 KiB base pages).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) const PAGE: usize = 2 << 20;
 
     /// The 2 MiB-aligned pages inside `size` bytes at `at`: `(start, len)`, `len` 0 if none.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) fn inside(at: usize, size: usize) -> (usize, usize) {
         let Some(start) = at.checked_next_multiple_of(PAGE) else { return (at, 0) };
         let end = at.saturating_add(size) / PAGE * PAGE;
