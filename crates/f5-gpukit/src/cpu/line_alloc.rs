@@ -1,5 +1,5 @@
 //! [`LineAligned`]: the system allocator, with every block of 1 KiB or more starting on a 64-byte
-//! cache line, and on Linux the blocks of 4 MiB or more backed by transparent huge pages.
+//! cache line, and on Linux the blocks over 32 MiB backed by transparent huge pages.
 //!
 //! The CPU kernels read activations and weights a 512-bit vector at a time. The system allocator
 //! aligns large blocks to 16 bytes, so from most buffers every such load straddles two cache
@@ -15,13 +15,19 @@
 //! megabyte or more, 1.3 GB in all, up to 80 MB each), and the system maps large blocks anew on
 //! every allocation, so each 4 KiB page of them faults on first touch: ~200,000 faults a forward.
 //! Where Linux offers transparent huge pages only on request (`madvise`, the common default),
-//! this allocator asks for them on every block of [`LineAligned::HUGE_MIN`] bytes or more (the
-//! 2 MiB-aligned part of it), so those blocks fault a 2 MiB page at a time and their TLB entries
-//! cover 512 times as much. Measured on a 2-core Xeon VM (model 207), Kokoro int8 on its 32 s
-//! input, three alternated runs: page faults per process 1.14–1.18 M → 0.35 M, CPU time per
-//! forward 4.16–4.61 → 4.02–4.21 s, best forward 2.21–2.38 → 2.10–2.16 s (the 3.8 s input's
-//! buffers are a tenth as large: within noise there). `F5_HUGE_PAGES=off` turns the request off
-//! for the process.
+//! this allocator asks for them on every block of more than [`LineAligned::HUGE_ABOVE`] bytes
+//! (the 2 MiB-aligned part of it), so those blocks fault a 2 MiB page at a time and their TLB
+//! entries cover 512 times as much. Only blocks that glibc always maps afresh and unmaps when
+//! freed (past its largest mmap threshold, 32 MiB), as a precaution: smaller ones a warm
+//! process serves from its heap, whose reused ranges would keep their huge pages between
+//! requests. (`f5 serve`, int8, three nine-sentence requests, peak RSS after them: 642–645 MiB
+//! with this, 604–658 MiB without huge pages, the spread of the runs; one run asking on blocks
+//! from 4 MiB reached 663.) Measured on a 2-core Xeon VM (model 207), Kokoro int8 on its 32 s
+//! input, three alternated runs with `F5_HUGE_PAGES=off` and without: page faults per process
+//! 1.13–1.15 M → 0.52–0.57 M, CPU time per forward 4.12–4.36 → 3.90–4.04 s, best forward
+//! 2.15–2.30 → 2.00–2.13 s (asking from 4 MiB: 0.33–0.36 M faults, the same times; the 3.8 s
+//! input's buffers are a tenth as large: within noise there). `F5_HUGE_PAGES=off` turns the
+//! request off for the process.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
@@ -46,9 +52,10 @@ impl LineAligned {
     /// The alignment those blocks get: a cache line.
     pub const LINE: usize = super::lines::LINE;
 
-    /// Blocks from this many bytes ask for transparent huge pages (Linux): at least one whole
-    /// 2 MiB page lies inside any of them.
-    pub const HUGE_MIN: usize = 4 << 20;
+    /// Blocks of more than this many bytes ask for transparent huge pages (Linux): glibc maps
+    /// each such block on its own (past its largest mmap threshold) and unmaps it when freed,
+    /// and whole 2 MiB pages lie inside it.
+    pub const HUGE_ABOVE: usize = 32 << 20;
 
     /// The layout the system allocator is asked for: `layout` aligned to a line when it is large.
     fn placed(layout: Layout) -> Layout {
@@ -119,11 +126,11 @@ mod huge_pages {
     }
 
     /// Asks Linux to back the huge pages inside the block `ptr` of `size` bytes with transparent
-    /// huge pages, where it is [`super::LineAligned::HUGE_MIN`] or more and the request is on;
+    /// huge pages, where it is over [`super::LineAligned::HUGE_ABOVE`] and the request is on;
     /// returns `ptr`. A refusal (no THP support, a kernel that says no) changes nothing.
     #[cfg(target_os = "linux")]
     pub(super) fn advise(ptr: *mut u8, size: usize) -> *mut u8 {
-        if ptr.is_null() || size < super::LineAligned::HUGE_MIN || !on() {
+        if ptr.is_null() || size <= super::LineAligned::HUGE_ABOVE || !on() {
             return ptr;
         }
         let (start, len) = inside(ptr as usize, size);
@@ -179,9 +186,9 @@ mod tests {
         assert_eq!(inside(16, 3 * PAGE), (PAGE, 2 * PAGE), "a block off the boundary loses its partial ends");
         assert_eq!(inside(PAGE - 16, PAGE + 32), (PAGE, PAGE));
         assert_eq!(inside(16, PAGE), (PAGE, 0), "nothing whole inside");
-        // Any block of HUGE_MIN bytes holds a whole page, wherever it starts.
+        // Any block the request is made for holds whole pages, wherever it starts.
         for at in [1, 4096, PAGE - 1, PAGE + 4112] {
-            assert!(inside(at, LineAligned::HUGE_MIN).1 >= PAGE, "at {at}");
+            assert!(inside(at, LineAligned::HUGE_ABOVE + 1).1 >= PAGE, "at {at}");
         }
         assert_eq!(inside(usize::MAX - 8, 64).1, 0, "no overflow at the top of the address space");
     }
@@ -230,5 +237,15 @@ mod tests {
         // `hg`: MADV_HUGEPAGE was applied to the mapping.
         assert!(ours_flags.split_whitespace().any(|f| f == "hg"), "LineAligned's 40 MiB block: {ours_flags}");
         assert!(!theirs_flags.split_whitespace().any(|f| f == "hg"), "the system's own block: {theirs_flags}");
+        // A block at the threshold (which glibc may serve from its heap) is left as it is.
+        let at = Layout::from_size_align(LineAligned::HUGE_ABOVE, 8).expect("layout");
+        // SAFETY: a non-zero size; freed below with its layout.
+        let block = unsafe { LineAligned.alloc(at) };
+        assert!(!block.is_null());
+        let flags = vm_flags(inside(block as usize, at.size()).0);
+        // SAFETY: allocated above with this layout.
+        unsafe { LineAligned.dealloc(block, at) };
+        let flags = flags.expect("the block's mapping");
+        assert!(!flags.split_whitespace().any(|f| f == "hg"), "a block of HUGE_ABOVE bytes: {flags}");
     }
 }
