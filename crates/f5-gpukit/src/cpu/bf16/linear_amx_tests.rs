@@ -110,12 +110,21 @@ fn the_split_keeps_sixteen_bits_and_infinities() {
     assert!(from_bf16(split(f32::NAN).0).is_nan());
 }
 
+/// The AMX bf16 tiles and AVX-512 BF16, where this CPU and Linux give them; else `None`, saying
+/// that `what` is not run.
+fn tile_kernels(what: &str) -> Option<(AmxBf16, Avx512Bf16)> {
+    match (AmxBf16::detect(), Avx512Bf16::detect()) {
+        (Ok(amx), Ok(cpu)) => Some((amx, cpu)),
+        _ => {
+            eprintln!("AMX bf16 tiles not available here: {what} is not run");
+            None
+        }
+    }
+}
+
 #[test]
 fn the_kernel_sums_the_three_products_and_meets_the_bound_the_wrong_variants_miss() {
-    let (Ok(amx), Ok(cpu)) = (AmxBf16::detect(), Avx512Bf16::detect()) else {
-        eprintln!("AMX bf16 tiles not available here: the split kernel is not run (the backend computes these layers in f32)");
-        return;
-    };
+    let Some((amx, cpu)) = tile_kernels("the split kernel (the backend computes these layers in f32)") else { return };
     let mut rng = Rng(0x5EED_0002);
     for (rows, inp, out) in SHAPES {
         let x = rng.values(rows * inp, 2.0);
@@ -221,10 +230,7 @@ fn other_uses_read_hi_plus_lo_and_writes_are_refused() {
 #[test]
 fn the_bf16_form_sums_the_bf16_gemm_products() {
     use super::gemm::{reference, to_bf16, Operand};
-    let (Ok(amx), Ok(cpu)) = (AmxBf16::detect(), Avx512Bf16::detect()) else {
-        eprintln!("AMX bf16 tiles not available here: the bf16 tile kernel is not run");
-        return;
-    };
+    let Some((amx, cpu)) = tile_kernels("the bf16 tile kernel") else { return };
     let mut rng = Rng(0x5EED_0005);
     for (rows, inp, out) in SHAPES.into_iter().chain([(16, 64, 32), (300, 96, 130)]) {
         let x = rng.values(rows * inp, 2.0);
