@@ -228,7 +228,7 @@ fn gemm_by_columns(spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
 /// # Safety
 /// `c` points to `c_len` writable floats that hold every element `spec` addresses in C, and no
 /// other thread reads or writes those elements during the call.
-unsafe fn gemm_into(spec: &GemmSpec, a: &[f32], b: &[f32], c_ptr: *mut f32, c_len: usize, parallel: bool) {
+pub(crate) unsafe fn gemm_into(spec: &GemmSpec, a: &[f32], b: &[f32], c_ptr: *mut f32, c_len: usize, parallel: bool) {
     let par = if parallel { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
     for bi in 0..spec.batch {
         let ao = spec.a.offset + bi * spec.a.batch_stride;

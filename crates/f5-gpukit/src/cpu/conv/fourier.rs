@@ -28,7 +28,6 @@
 
 use rayon::prelude::*;
 
-use super::super::gemm_raw;
 use super::super::scratch::{with_scratch, with_shared_scratch};
 use super::tiled::{for_each_chunk, SharedOut};
 use crate::cpu::simd::dispatch;
@@ -122,37 +121,36 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
             let (s_in, s_out) = spectra.split_at_mut(chunk_tiles * BINS * 2 * c_in);
             for_each_chunk(spec, x, y, columns, chunk_columns, |xb, yb, j0, j1| {
                 let tiles = (j1 - j0) * d;
-                // 1. Input spectra, `[bin][tile][Re c_in | Im c_in]`: each tile's bins land
-                //    `tiles` rows apart, so the tasks write through a shared pointer.
-                let s_in = &mut s_in[..BINS * tiles * 2 * c_in];
-                let dst = SharedOut(s_in.as_mut_ptr(), s_in.len());
-                (0..tiles).into_par_iter().for_each(|i| {
+                // 1. Input spectra, `[tile][Re | Im][bin][c_in]`: each tile's spectrum one
+                //    contiguous block, written in place by its task.
+                let s_in = &mut s_in[..tiles * BINS * 2 * c_in];
+                s_in.par_chunks_mut(BINS * 2 * c_in).enumerate().for_each(|(i, block)| {
                     let (j, r) = (j0 + i / d, i % d);
-                    with_scratch(TILE * c_in + BINS * 2 * c_in, |work| {
-                        let (work, row) = work.split_at_mut(TILE * c_in);
-                        input_spectrum(spec, xb, r, j * valid, &tw, work, row);
-                        for (f, bin) in row.chunks_exact(2 * c_in).enumerate() {
-                            // SAFETY: tile i's row of bin f, inside the slice, written by
-                            // this task alone.
-                            unsafe { dst.write((f * tiles + i) * 2 * c_in, bin) };
-                        }
-                    });
+                    with_scratch(TILE * c_in, |work| input_spectrum(spec, xb, r, j * valid, &tw, work, block));
                 });
-                // 2. Per bin, every tile's real and imaginary rows times `[Re W | Im W]`,
-                //    into `[bin][tile][Re U·W | Im U·W]` (each bin's block its own).
-                let (s_in, s_out) = (&*s_in, &mut s_out[..BINS * tiles * 4 * c_out]);
-                s_out.par_chunks_mut(tiles * 4 * c_out).enumerate().for_each(|(f, block)| {
+                // 2. Per bin, every tile's real and imaginary rows (`2·tiles` rows, one
+                //    `BINS·c_in` apart) times `[Re W | Im W]`, into `[tile][Re U·W | Im U·W]
+                //    [bin][2c_out]`: each tile's products again one contiguous block, which step 3
+                //    streams through instead of gathering 33 rows scattered over the chunk.
+                let s_in = &*s_in;
+                let s_out = &mut s_out[..tiles * BINS * 4 * c_out];
+                let dst = SharedOut(s_out.as_mut_ptr(), s_out.len());
+                (0..BINS).into_par_iter().for_each(|f| {
                     let g = GemmSpec {
                         m: 2 * tiles,
                         n: 2 * c_out,
                         k: c_in,
                         batch: 1,
-                        a: MatLayout::row_major(c_in).at(f * tiles * 2 * c_in),
+                        a: MatLayout::row_major(BINS * c_in).at(f * c_in),
                         b: MatLayout::row_major(2 * c_out).at(f * c_in * 2 * c_out),
-                        c: MatLayout::row_major(2 * c_out),
+                        c: MatLayout::row_major(BINS * 2 * c_out).at(f * 2 * c_out),
                         beta: 0.0,
                     };
-                    gemm_raw(&g, s_in, wspec, block, false);
+                    // SAFETY: the spec addresses rows `2·tiles × BINS·2c_out` apart from bin f's
+                    // offset, `2c_out` values each: inside `s_out` (its last row ends at
+                    // `(2·tiles − 1)·BINS·2c_out + (f + 1)·2c_out ≤ tiles·BINS·4c_out`) and
+                    // disjoint from every other bin's; A and B are other buffers.
+                    unsafe { dst.gemm(&g, s_in, wspec) };
                 });
                 // 3. Inverse transforms, one tile column (all d phases: whole output rows) each.
                 let s_out = &*s_out;
@@ -162,7 +160,7 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
                     with_scratch(TILE * c_out, |work| {
                         for r in 0..d {
                             let tile = jj * d + r;
-                            output_tile(s_out, tiles, tile, c_out, &tw, work);
+                            output_tile(s_out, tile, c_out, &tw, work);
                             // Phase r's outputs in this column: rows r, r + d, … of `rows`.
                             let h = c_out / 2;
                             let (re, im) = work.split_at(TILE * h);
@@ -271,7 +269,7 @@ dispatch! {
 }
 
 /// The spectrum of phase `r`'s tile starting at its row `s0` (input rows `r + d·(s0 + m) −
-/// pad`, zeros off the input), as `[bin][Re c_in | Im c_in]` in `row`. `work` holds `TILE·c_in`.
+/// pad`, zeros off the input), as `[Re | Im][bin][c_in]` in `block`. `work` holds `TILE·c_in`.
 fn input_spectrum(
     spec: &Conv1dSpec,
     xb: &[f32],
@@ -279,7 +277,7 @@ fn input_spectrum(
     s0: usize,
     tw: &([f32; TILE / 2], [f32; TILE / 2]),
     work: &mut [f32],
-    row: &mut [f32],
+    block: &mut [f32],
 ) {
     let Conv1dSpec { n, c_in, pad, dilation: d, .. } = *spec;
     let h = c_in / 2;
@@ -300,7 +298,7 @@ fn input_spectrum(
         }
     }
     fft_rows(re, im, h, &tw.0, &tw.1, false);
-    split_halves(re, im, h, row);
+    split_halves(re, im, h, block);
 }
 
 dispatch! {
@@ -338,13 +336,14 @@ dispatch! {
 dispatch! {
     /// From the transform `Z` of `lo + i·hi` (two real signals of `h` channels), both spectra
     /// for bins `0..=TILE/2`: `LO[f] = (Z[f] + conj Z[−f]) / 2`, `HI[f] = (Z[f] − conj Z[−f]) / 2i`,
-    /// written per bin as `[Re LO | Re HI | Im LO | Im HI]` (channels in their order).
-    pub fn split_halves(re: &[f32], im: &[f32], h: usize, row: &mut [f32]) {
-        for (f, out) in row.chunks_exact_mut(4 * h).enumerate().take(BINS) {
+    /// written as `[Re LO | Re HI]` per bin in the first half of `block` and `[Im LO | Im HI]`
+    /// per bin in the second (channels in their order).
+    pub fn split_halves(re: &[f32], im: &[f32], h: usize, block: &mut [f32]) {
+        let (re_rows, im_rows) = block.split_at_mut(BINS * 2 * h);
+        for (f, (re_out, im_out)) in re_rows.chunks_exact_mut(2 * h).zip(im_rows.chunks_exact_mut(2 * h)).enumerate() {
             let g = (TILE - f) % TILE;
             let (zr, zi) = (&re[f * h..(f + 1) * h], &im[f * h..(f + 1) * h]);
             let (cr, ci) = (&re[g * h..(g + 1) * h], &im[g * h..(g + 1) * h]);
-            let (re_out, im_out) = out.split_at_mut(2 * h);
             let (re_lo, re_hi) = re_out.split_at_mut(h);
             let (im_lo, im_hi) = im_out.split_at_mut(h);
             for i in 0..h {
@@ -357,17 +356,16 @@ dispatch! {
     }
 }
 
-/// Tile `tile`'s output rows from its products (`s_out [bin][tile][Re U·W | Im U·W]`, each
-/// `[Re W part | Im W part]` of `2c_out`): the inverse transform of `LO + i·HI` (the two halves
+/// Tile `tile`'s output rows from its products (`s_out [tile][Re U·W | Im U·W][bin]`, each
+/// row `[Re W part | Im W part]` of `2c_out`): the inverse transform of `LO + i·HI` (the two halves
 /// of the channels), leaving `work = [Re: TILE × c_out/2 | Im: TILE × c_out/2]`, rows in order,
 /// the low half's outputs in the real part and the high half's in the imaginary part.
-fn output_tile(s_out: &[f32], tiles: usize, tile: usize, c_out: usize, tw: &([f32; TILE / 2], [f32; TILE / 2]), work: &mut [f32]) {
+fn output_tile(s_out: &[f32], tile: usize, c_out: usize, tw: &([f32; TILE / 2], [f32; TILE / 2]), work: &mut [f32]) {
     let h = c_out / 2;
     let (re, im) = work.split_at_mut(TILE * h);
-    let bin = |f: usize| {
-        let at = (f * tiles + tile) * 4 * c_out;
-        s_out[at..at + 4 * c_out].split_at(2 * c_out)
-    };
+    let block = &s_out[tile * BINS * 4 * c_out..(tile + 1) * BINS * 4 * c_out];
+    let (p_rows, q_rows) = block.split_at(BINS * 2 * c_out);
+    let bin = |f: usize| (&p_rows[f * 2 * c_out..(f + 1) * 2 * c_out], &q_rows[f * 2 * c_out..(f + 1) * 2 * c_out]);
     for f in 0..TILE {
         let at = bit_reversed(f) * h;
         let (dr, di) = (&mut re[at..at + h], &mut im[at..at + h]);

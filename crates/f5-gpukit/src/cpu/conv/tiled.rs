@@ -1,7 +1,8 @@
 //! What the tiled convolution paths (`fourier`, `winograd`) share: the walk over batch items
 //! and chunks of tile columns, and a shared view of a buffer their tasks write disjointly.
 
-use crate::spec::Conv1dSpec;
+use crate::cpu::gemm_into;
+use crate::spec::{Conv1dSpec, GemmSpec};
 
 /// Calls `f(x_item, y_item, j0, j1)` for every batch item and every chunk `j0 .. j1` of
 /// `chunk_columns` tile columns out of `columns`: the scratch a path holds covers one chunk, so
@@ -38,5 +39,16 @@ impl SharedOut {
         assert!(at + values.len() <= self.1, "write past the shared slice");
         // SAFETY: in bounds (checked above); exclusive per the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.0.add(at), values.len()) }
+    }
+
+    /// `C = A·B` (one thread) into the elements of the shared slice that `spec.c` addresses.
+    ///
+    /// # Safety
+    /// No other thread reads or writes those elements while the slice is shared, and `a`, `b`
+    /// are not the shared slice.
+    pub(super) unsafe fn gemm(&self, spec: &GemmSpec, a: &[f32], b: &[f32]) {
+        assert!(spec.validate(a.len(), b.len(), self.1, None).is_ok(), "a GEMM past the shared slice");
+        // SAFETY: validated against the shared slice's length; exclusive per the caller's contract.
+        unsafe { gemm_into(spec, a, b, self.0, self.1, false) }
     }
 }
