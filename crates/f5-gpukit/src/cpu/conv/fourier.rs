@@ -2,9 +2,9 @@
 //!
 //! Directly, a `K`-tap convolution costs `K·c_in·c_out` multiply-adds per output row. Over a
 //! tile of [`TILE`] = 64 input rows the DFT turns it into one complex product per frequency:
-//! [`BINS`] = 33 bins of `c_in·c_out` complex multiply-adds (four real ones each) for the tile's
-//! `65 − K` valid outputs, `132 / (65 − K)·c_in·c_out` per row: 2.4 against 11 for `K = 11` and
-//! 2.3 against 7 for `K = 7`. Kokoro's generator spends most of its time in such convolutions
+//! [`BINS`] = 33 bins of `c_in·c_out` complex multiply-adds (three real ones each, [`PARTS`]) for
+//! the tile's `65 − K` valid outputs, `99 / (65 − K)·c_in·c_out` per row: 1.8 against 11 for
+//! `K = 11` and 1.7 against 7 for `K = 7`. Kokoro's generator spends most of its time in such convolutions
 //! (`K` = 7 and 11 over 128 and 256 channels), already at the f32 FMA roof when run directly, so
 //! fewer multiplications is what is left to gain there.
 //!
@@ -13,11 +13,17 @@
 //!    channels-last rows stay rows), with the two halves of the channels packed as the real and
 //!    imaginary parts of one complex transform — a real signal's spectrum is Hermitian, so both
 //!    halves' spectra come apart from one transform;
-//! 2. per bin, one real GEMM over every tile of the chunk: each tile's `Re U` and `Im U` rows
-//!    times `[Re W | Im W]` (`2·tiles × c_in` by `c_in × 2c_out`), where `W` is the filters'
-//!    spectrum, computed once per call; the complex products' four real parts pair up in step 3;
+//! 2. per bin, three real GEMMs over every tile of the chunk (Gauss's products, [`PARTS`]):
+//!    each tile's `Re U + Im U`, `Re U` and `Im U` rows times `Re W`, `Im W − Re W` and
+//!    `Re W + Im W` (`tiles × c_in` by `c_in × c_out`), where `W` is the filters' spectrum,
+//!    computed once per call; the three products pair up into `U·W` in step 3;
 //! 3. each tile's inverse transform (the output channels' halves packed the same way), whose
 //!    first `65 − K` rows are outputs, plus the bias.
+//!
+//! Each tile's spectrum and products are one contiguous block (`[tile][part][bin][channels]`),
+//! the GEMMs reading and writing their rows a block apart: steps 1 and 3 then write and stream
+//! one block per tile, where a bin-major layout had them scatter and gather 33 rows over the
+//! chunk (those two steps took a third of the path's time).
 //!
 //! A dilated convolution is `d` undilated ones over the input's `d` interleaved phases (the rows
 //! `≡ r mod d`), so each tile reads every `d`-th row and its outputs land every `d`-th row.
@@ -25,6 +31,8 @@
 //! Numerics: the FFTs' roundings are relative to a tile's norm rather than to each output's
 //! terms, so an output much smaller than its neighbours carries a larger relative error than the
 //! direct sum's; over whole signals the relative L2 error measured 2–3e-7 (the tests bound it).
+//! Gauss's products round each operand once more (`Re U + Im U`, `Im W − Re W`, `Re W + Im W`):
+//! 2.1–2.9e-7 against 1.8–2.3e-7 with four products.
 
 use rayon::prelude::*;
 
@@ -37,16 +45,25 @@ use crate::spec::{Conv1dSpec, GemmSpec, MatLayout, PadMode};
 pub(crate) const TILE: usize = 64;
 /// Frequencies of a real tile's spectrum that are not conjugates of others: `0..=TILE / 2`.
 const BINS: usize = TILE / 2 + 1;
+/// Real products per complex one in each bin's products `U·W`, and so operand parts per bin:
+/// Gauss's three (for `(a + ib)(c + id)`: `k1 = (a + b)·c`, `k2 = a·(d − c)`, `k3 = b·(c + d)`,
+/// the real part `k1 − k3` and the imaginary part `k1 + k2`), a quarter fewer multiplications
+/// than the schoolbook four, for a filter spectrum half as large again and a rounding more on
+/// each operand. Measured against the four products (in one GEMM per bin, `[Re U; Im U]` times
+/// `[Re W | Im W]`) on Kokoro's k7 shapes, 55 to 700 tiles of 128 and 256 channels: 1.06–1.11×.
+const PARTS: usize = 3;
+
 /// Widest kernel taken: at least 32 valid outputs per tile.
 const MAX_KERNEL: usize = TILE / 2 + 1;
 /// Spectrum values held per chunk (input and output spectra together, 16 MB): bounds the scratch
-/// on long inputs while keeping each bin's GEMM over 100+ tiles, so its filters are reused.
+/// on long inputs while keeping each bin's GEMMs over 80+ tiles, so its filters are reused
+/// (chunks of 2 and 4 MB measured 5–20% slower on 128 channels).
 const CHUNK_VALUES: usize = 1 << 22;
 
-/// Most filter pairs (`c_in·c_out`) taken: their spectrum, `2·BINS·c_in·c_out` floats (17 MB at
+/// Most filter pairs (`c_in·c_out`) taken: their spectrum, `3·BINS·c_in·c_out` floats (26 MB at
 /// 256 × 256), is made per call and its scratch kept for the next, so past this it would cost
-/// more memory than the weights by far (13× a 5-tap filter's size) for a small gain: at 512 × 512
-/// (Kokoro's text encoder) 69 MB.
+/// more memory than the weights by far (20× a 5-tap filter's size) for a small gain: at 512 × 512
+/// (Kokoro's text encoder) 104 MB.
 const MAX_FILTER_PAIRS: usize = 256 * 256;
 
 /// Whether [`conv1d_fft`] computes `spec` (and pays): dense, stride 1, zero padding, a kernel of
@@ -110,46 +127,46 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
     // Tile columns: column j holds each phase's outputs j·valid .. (j + 1)·valid, which are the
     // output rows d·valid·j .. d·valid·(j + 1).
     let columns = n_out.div_ceil(d).div_ceil(valid);
-    let per_tile = BINS * (2 * c_in + 4 * c_out);
+    let per_tile = BINS * PARTS * (c_in + c_out);
     let chunk_columns = (chunk_values / (per_tile * d)).clamp(1, columns);
     let tw = twiddles();
-    with_shared_scratch(BINS * c_in * 2 * c_out, |wspec| {
+    with_shared_scratch(BINS * c_in * PARTS * c_out, |wspec| {
         filter_spectrum(spec, w, wspec);
         let wspec = &*wspec;
         let chunk_tiles = chunk_columns * d;
         with_shared_scratch(chunk_tiles * per_tile, |spectra| {
-            let (s_in, s_out) = spectra.split_at_mut(chunk_tiles * BINS * 2 * c_in);
+            let (s_in, s_out) = spectra.split_at_mut(chunk_tiles * BINS * PARTS * c_in);
             for_each_chunk(spec, x, y, columns, chunk_columns, |xb, yb, j0, j1| {
                 let tiles = (j1 - j0) * d;
-                // 1. Input spectra, `[tile][Re | Im][bin][c_in]`: each tile's spectrum one
-                //    contiguous block, written in place by its task.
-                let s_in = &mut s_in[..tiles * BINS * 2 * c_in];
-                s_in.par_chunks_mut(BINS * 2 * c_in).enumerate().for_each(|(i, block)| {
+                // 1. Input spectra, `[tile][Re + Im | Re | Im][bin][c_in]`: each tile's spectrum
+                //    one contiguous block, written in place by its task.
+                let s_in = &mut s_in[..tiles * BINS * PARTS * c_in];
+                s_in.par_chunks_mut(BINS * PARTS * c_in).enumerate().for_each(|(i, block)| {
                     let (j, r) = (j0 + i / d, i % d);
                     with_scratch(TILE * c_in, |work| input_spectrum(spec, xb, r, j * valid, &tw, work, block));
                 });
-                // 2. Per bin, every tile's real and imaginary rows (`2·tiles` rows, one
-                //    `BINS·c_in` apart) times `[Re W | Im W]`, into `[tile][Re U·W | Im U·W]
-                //    [bin][2c_out]`: each tile's products again one contiguous block, which step 3
-                //    streams through instead of gathering 33 rows scattered over the chunk.
+                // 2. Per bin and part, every tile's row of that part (`tiles` rows, one tile
+                //    block apart) times the filters' matching part, into `[tile][k1 | k2 | k3]
+                //    [bin][c_out]`: each tile's products again one contiguous block, which step 3
+                //    streams through instead of gathering rows spread over the chunk.
                 let s_in = &*s_in;
-                let s_out = &mut s_out[..tiles * BINS * 4 * c_out];
+                let s_out = &mut s_out[..tiles * BINS * PARTS * c_out];
                 let dst = SharedOut(s_out.as_mut_ptr(), s_out.len());
-                (0..BINS).into_par_iter().for_each(|f| {
+                (0..BINS * PARTS).into_par_iter().for_each(|task| {
+                    let (f, part) = (task / PARTS, task % PARTS);
                     let g = GemmSpec {
-                        m: 2 * tiles,
-                        n: 2 * c_out,
+                        m: tiles,
+                        n: c_out,
                         k: c_in,
                         batch: 1,
-                        a: MatLayout::row_major(BINS * c_in).at(f * c_in),
-                        b: MatLayout::row_major(2 * c_out).at(f * c_in * 2 * c_out),
-                        c: MatLayout::row_major(BINS * 2 * c_out).at(f * 2 * c_out),
+                        a: MatLayout::row_major(PARTS * BINS * c_in).at((part * BINS + f) * c_in),
+                        b: MatLayout::row_major(PARTS * c_out).at(f * c_in * PARTS * c_out + part * c_out),
+                        c: MatLayout::row_major(PARTS * BINS * c_out).at((part * BINS + f) * c_out),
                         beta: 0.0,
                     };
-                    // SAFETY: the spec addresses rows `2·tiles × BINS·2c_out` apart from bin f's
-                    // offset, `2c_out` values each: inside `s_out` (its last row ends at
-                    // `(2·tiles − 1)·BINS·2c_out + (f + 1)·2c_out ≤ tiles·BINS·4c_out`) and
-                    // disjoint from every other bin's; A and B are other buffers.
+                    // SAFETY: the spec addresses `tiles` rows of `c_out` values, one tile block
+                    // apart from (part, bin)'s offset, inside `s_out` ([`SharedOut::gemm`]
+                    // checks) and disjoint from every other task's; A and B are other buffers.
                     unsafe { dst.gemm(&g, s_in, wspec) };
                 });
                 // 3. Inverse transforms, one tile column (all d phases: whole output rows) each.
@@ -189,7 +206,7 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
 const SPECTRUM_CHANNELS: usize = 16;
 
 /// The filters' spectrum, scaled by `1 / TILE` (the inverse transform's factor), as each bin's
-/// GEMM operand `[Re W | Im W]` (`c_in × 2c_out`), bin after bin. `W[f][ci][co] = Σ_k
+/// GEMM operands `[Re W | Im W − Re W | Re W + Im W]` (`c_in × 3c_out`, [`PARTS`]), bin after bin. `W[f][ci][co] = Σ_k
 /// w[co][ci][k]·e^{+2πifk/TILE}`: the conjugate of the filter's DFT, because a convolution
 /// layer correlates (`y[s] = Σ_k w[k]·x[s + k]`).
 fn filter_spectrum(spec: &Conv1dSpec, w: &[f32], out: &mut [f32]) {
@@ -204,12 +221,12 @@ fn filter_spectrum(spec: &Conv1dSpec, w: &[f32], out: &mut [f32]) {
             sin[f][k] = (a.sin() / TILE as f64) as f32;
         }
     }
-    let out = &mut out[..BINS * c_in * 2 * c_out];
+    let out = &mut out[..BINS * c_in * PARTS * c_out];
     let dst = SharedOut(out.as_mut_ptr(), out.len());
     (0..c_in.div_ceil(SPECTRUM_CHANNELS)).into_par_iter().for_each(|blk| {
         let ci0 = blk * SPECTRUM_CHANNELS;
         let cis = SPECTRUM_CHANNELS.min(c_in - ci0);
-        with_scratch(cis * kernel * c_out + BINS * 2 * c_out, |work| {
+        with_scratch(cis * kernel * c_out + BINS * PARTS * c_out, |work| {
             let (taps, rows) = work.split_at_mut(cis * kernel * c_out);
             // `[ci][k][co]` for the block: each (ci, k) row of filters contiguous over co.
             for co in 0..c_out {
@@ -220,9 +237,9 @@ fn filter_spectrum(spec: &Conv1dSpec, w: &[f32], out: &mut [f32]) {
             }
             for ci in 0..cis {
                 filter_bins(&taps[ci * kernel * c_out..(ci + 1) * kernel * c_out], kernel, &cos, &sin, rows);
-                for (f, row) in rows.chunks_exact(2 * c_out).enumerate() {
+                for (f, row) in rows.chunks_exact(PARTS * c_out).enumerate() {
                     // SAFETY: row (bin f, channel ci0 + ci) belongs to this task's block alone.
-                    unsafe { dst.write((f * c_in + ci0 + ci) * 2 * c_out, row) };
+                    unsafe { dst.write((f * c_in + ci0 + ci) * PARTS * c_out, row) };
                 }
             }
         });
@@ -233,13 +250,15 @@ fn filter_spectrum(spec: &Conv1dSpec, w: &[f32], out: &mut [f32]) {
 const SPECTRUM_LANES: usize = 16;
 
 dispatch! {
-    /// One input channel's rows of every bin's operand, `[Re W | Im W]` per bin in `rows`, from
-    /// its `[k][co]` filters and each bin's `cos`/`sin` per tap: sixteen output channels at a
-    /// time, their sums held in registers over the taps.
+    /// One input channel's rows of every bin's operands, `[Re W | Im W − Re W | Re W + Im W]`
+    /// per bin in `rows`, from its `[k][co]` filters and each bin's `cos`/`sin` per tap:
+    /// sixteen output channels at a time, their sums held in registers over the taps, the two
+    /// combinations formed once the row's real and imaginary parts are written.
     pub fn filter_bins(taps: &[f32], kernel: usize, cos: &[[f32; MAX_KERNEL]; BINS], sin: &[[f32; MAX_KERNEL]; BINS], rows: &mut [f32]) {
         let c_out = taps.len() / kernel;
-        for (f, row) in rows.chunks_exact_mut(2 * c_out).enumerate() {
-            let (re, im) = row.split_at_mut(c_out);
+        for (f, row) in rows.chunks_exact_mut(PARTS * c_out).enumerate() {
+            let (re, rest) = row.split_at_mut(c_out);
+            let (im, sum) = rest.split_at_mut(c_out);
             let (cf, sf) = (&cos[f], &sin[f]);
             let mut co = 0;
             while co + SPECTRUM_LANES <= c_out {
@@ -264,12 +283,17 @@ dispatch! {
                 re[c] = r;
                 im[c] = i;
             }
+            for ((r, i), s) in re.iter().zip(im.iter_mut()).zip(sum.iter_mut()) {
+                *s = *r + *i;
+                *i -= *r;
+            }
         }
     }
 }
 
 /// The spectrum of phase `r`'s tile starting at its row `s0` (input rows `r + d·(s0 + m) −
-/// pad`, zeros off the input), as `[Re | Im][bin][c_in]` in `block`. `work` holds `TILE·c_in`.
+/// pad`, zeros off the input), as `[Re + Im | Re | Im][bin][c_in]` in `block`. `work` holds
+/// `TILE·c_in`.
 fn input_spectrum(
     spec: &Conv1dSpec,
     xb: &[f32],
@@ -336,11 +360,13 @@ dispatch! {
 dispatch! {
     /// From the transform `Z` of `lo + i·hi` (two real signals of `h` channels), both spectra
     /// for bins `0..=TILE/2`: `LO[f] = (Z[f] + conj Z[−f]) / 2`, `HI[f] = (Z[f] − conj Z[−f]) / 2i`,
-    /// written as `[Re LO | Re HI]` per bin in the first half of `block` and `[Im LO | Im HI]`
-    /// per bin in the second (channels in their order).
+    /// written as rows of `[LO | HI]` per bin (channels in their order), one in each third of
+    /// `block`: the sums of the real and imaginary parts, the real parts, the imaginary parts.
     pub fn split_halves(re: &[f32], im: &[f32], h: usize, block: &mut [f32]) {
-        let (re_rows, im_rows) = block.split_at_mut(BINS * 2 * h);
-        for (f, (re_out, im_out)) in re_rows.chunks_exact_mut(2 * h).zip(im_rows.chunks_exact_mut(2 * h)).enumerate() {
+        let (sum_rows, rest) = block.split_at_mut(BINS * 2 * h);
+        let (re_rows, im_rows) = rest.split_at_mut(BINS * 2 * h);
+        let rows = re_rows.chunks_exact_mut(2 * h).zip(im_rows.chunks_exact_mut(2 * h));
+        for (f, (re_out, im_out)) in rows.enumerate() {
             let g = (TILE - f) % TILE;
             let (zr, zi) = (&re[f * h..(f + 1) * h], &im[f * h..(f + 1) * h]);
             let (cr, ci) = (&re[g * h..(g + 1) * h], &im[g * h..(g + 1) * h]);
@@ -352,52 +378,84 @@ dispatch! {
                 re_hi[i] = 0.5 * (zi[i] + ci[i]);
                 im_hi[i] = 0.5 * (cr[i] - zr[i]);
             }
+            let sums = &mut sum_rows[f * 2 * h..(f + 1) * 2 * h];
+            for ((s, r), i) in sums.iter_mut().zip(&*re_out).zip(&*im_out) {
+                *s = r + i;
+            }
         }
     }
 }
 
-/// Tile `tile`'s output rows from its products (`s_out [tile][Re U·W | Im U·W][bin]`, each
-/// row `[Re W part | Im W part]` of `2c_out`): the inverse transform of `LO + i·HI` (the two halves
-/// of the channels), leaving `work = [Re: TILE × c_out/2 | Im: TILE × c_out/2]`, rows in order,
-/// the low half's outputs in the real part and the high half's in the imaginary part.
+/// Tile `tile`'s output rows from its products (`s_out`'s tile block `[k1 | k2 | k3][bin][c_out]`,
+/// [`PARTS`]): the inverse transform of `LO + i·HI` (the two halves of the channels), leaving
+/// `work = [Re: TILE × c_out/2 | Im: TILE × c_out/2]`, rows in order, the low half's outputs in
+/// the real part and the high half's in the imaginary part.
 fn output_tile(s_out: &[f32], tile: usize, c_out: usize, tw: &([f32; TILE / 2], [f32; TILE / 2]), work: &mut [f32]) {
     let h = c_out / 2;
     let (re, im) = work.split_at_mut(TILE * h);
-    let block = &s_out[tile * BINS * 4 * c_out..(tile + 1) * BINS * 4 * c_out];
-    let (p_rows, q_rows) = block.split_at(BINS * 2 * c_out);
-    let bin = |f: usize| (&p_rows[f * 2 * c_out..(f + 1) * 2 * c_out], &q_rows[f * 2 * c_out..(f + 1) * 2 * c_out]);
-    for f in 0..TILE {
+    let size = BINS * PARTS * c_out;
+    let block = &s_out[tile * size..(tile + 1) * size];
+    // Bin f and its mirror TILE − f (a real signal's spectrum: Y[TILE − f] = conj Y[f]) from
+    // one read of bin f's products; bins 0 and TILE/2 are their own mirrors.
+    for f in 0..BINS {
+        let row = |part: usize| &block[(part * BINS + f) * c_out..(part * BINS + f + 1) * c_out];
+        let (k1, k2, k3) = (row(0), row(1), row(2));
         let at = bit_reversed(f) * h;
-        let (dr, di) = (&mut re[at..at + h], &mut im[at..at + h]);
-        if f < BINS {
-            let (p, q) = bin(f);
-            join_halves(p, q, false, dr, di);
+        let mirror = (TILE - f) % TILE;
+        if mirror == f {
+            join_halves(k1, k2, k3, &mut re[at..at + h], &mut im[at..at + h], None);
         } else {
-            // A real signal's spectrum: Y[f] = conj Y[TILE − f].
-            let (p, q) = bin(TILE - f);
-            join_halves(p, q, true, dr, di);
+            let to = bit_reversed(mirror) * h;
+            let (re_f, re_m) = two_rows(re, at, to, h);
+            let (im_f, im_m) = two_rows(im, at, to, h);
+            join_halves(k1, k2, k3, re_f, im_f, Some((re_m, im_m)));
         }
     }
     fft_rows(re, im, h, &tw.0, &tw.1, true);
 }
 
+/// Rows `a` and `b` (`a ≠ b`, `h` values each) of `rows`, both mutable.
+fn two_rows(rows: &mut [f32], a: usize, b: usize, h: usize) -> (&mut [f32], &mut [f32]) {
+    if a < b {
+        let (lo, hi) = rows.split_at_mut(b);
+        (&mut lo[a..a + h], &mut hi[..h])
+    } else {
+        let (lo, hi) = rows.split_at_mut(a);
+        (&mut hi[..h], &mut lo[b..b + h])
+    }
+}
+
 dispatch! {
-    /// `Z = LO + i·HI` for one bin, `Y = U·W` being `Re Y = p_re − q_im`, `Im Y = p_im + q_re`
-    /// from `p = Re U·[Re W | Im W]` and `q = Im U·[Re W | Im W]`; or from the conjugates of
-    /// both halves (`conj`: the bins past `TILE/2`).
-    pub fn join_halves(p: &[f32], q: &[f32], conj: bool, zr: &mut [f32], zi: &mut [f32]) {
-        let c_out = p.len() / 2;
-        let h = c_out / 2;
-        let s = if conj { -1.0f32 } else { 1.0 };
-        for i in 0..h {
-            let re_lo = p[i] - q[c_out + i];
-            let re_hi = p[h + i] - q[c_out + h + i];
-            let im_lo = p[c_out + i] + q[i];
-            let im_hi = p[c_out + h + i] + q[h + i];
-            // LO + i·HI with LO = a + ib, HI = c + id (each conjugated when `conj`):
-            // (a − s·d) + i(s·b + c).
-            zr[i] = re_lo - s * im_hi;
-            zi[i] = s * im_lo + re_hi;
+    /// `Z = LO + i·HI` for one bin, its spectrum over the channels being `Y = U·W`, `Re Y =
+    /// k1 − k3` and `Im Y = k1 + k2` ([`PARTS`]), into `zr`/`zi`; and, where given, the mirror
+    /// bin's `Z` from the conjugates of both halves into `mirror`.
+    pub fn join_halves(k1: &[f32], k2: &[f32], k3: &[f32], zr: &mut [f32], zi: &mut [f32], mirror: Option<(&mut [f32], &mut [f32])>) {
+        let h = zr.len();
+        // Every slice cut to exactly `h`, so the loops index without bounds checks (and vectorise).
+        let (k1_lo, k1_hi, k2_lo, k2_hi, k3_lo, k3_hi) = (&k1[..h], &k1[h..2 * h], &k2[..h], &k2[h..2 * h], &k3[..h], &k3[h..2 * h]);
+        let zi = &mut zi[..h];
+        // LO + i·HI with LO = a + ib, HI = c + id: (a − d) + i(b + c); from the conjugates,
+        // (a + d) + i(c − b).
+        match mirror {
+            Some((mr, mi)) => {
+                let (mr, mi) = (&mut mr[..h], &mut mi[..h]);
+                for i in 0..h {
+                    let (a, c) = (k1_lo[i] - k3_lo[i], k1_hi[i] - k3_hi[i]);
+                    let (b, d) = (k1_lo[i] + k2_lo[i], k1_hi[i] + k2_hi[i]);
+                    zr[i] = a - d;
+                    zi[i] = b + c;
+                    mr[i] = a + d;
+                    mi[i] = c - b;
+                }
+            }
+            None => {
+                for i in 0..h {
+                    let (a, c) = (k1_lo[i] - k3_lo[i], k1_hi[i] - k3_hi[i]);
+                    let (b, d) = (k1_lo[i] + k2_lo[i], k1_hi[i] + k2_hi[i]);
+                    zr[i] = a - d;
+                    zi[i] = b + c;
+                }
+            }
         }
     }
 }
