@@ -38,6 +38,7 @@ use rayon::prelude::*;
 
 use super::super::scratch::{with_scratch, with_shared_scratch};
 use super::tiled::{for_each_chunk, SharedOut};
+use crate::cpu::seq::RowPrep;
 use crate::cpu::simd::dispatch;
 use crate::spec::{Conv1dSpec, GemmSpec, MatLayout, PadMode};
 
@@ -112,12 +113,36 @@ fn bit_reversed(m: usize) -> usize {
 /// `y = conv(x, w) + bias` for a spec that [`suits`]; `x [batch, n, c_in]`, `w [c_out, c_in, K]`
 /// (PyTorch's layout), `y [batch, n_out, c_out]`.
 pub(crate) fn conv1d_fft(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    conv1d_in_chunks(spec, x, w, bias, y, CHUNK_VALUES);
+    conv1d_in_chunks(spec, x, w, bias, y, Around::default(), CHUNK_VALUES);
 }
 
-/// [`conv1d_fft`] with at most `chunk_values` spectrum values per chunk (at least one tile
-/// column's), so the tests can cross chunk boundaries on small inputs.
-fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], chunk_values: usize) {
+/// A function of the batch item and one input row (`c_in` values) that gives the row the
+/// convolution reads instead: the fused instance norm and Snake before Kokoro's resblock
+/// convolutions, applied as each tile gathers its rows.
+pub(crate) type ItemRowPrep<'a> = &'a (dyn Fn(usize, &[f32], &mut [f32]) + Sync);
+
+/// What [`conv1d_fft_around`] does around the convolution proper.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Around<'a> {
+    /// Each input row through this as a tile gathers it (zero padding stays zero): the
+    /// convolution of the mapped input, which is never written whole.
+    pub(crate) prep: Option<ItemRowPrep<'a>>,
+    /// Add each output (plus bias) to `y` instead of writing it: `y += conv(x) + bias`, the
+    /// residual step, rounded as the convolution into a buffer and an `axpy` after it.
+    pub(crate) accumulate: bool,
+}
+
+/// [`conv1d_fft`] with its input rows mapped and its outputs added, as `around` says: so an
+/// instance norm + Snake + convolution + residual step reads its input once for the
+/// statistics and once here, and writes only `y`, where the three ops apart write and read
+/// two more activations.
+pub(crate) fn conv1d_fft_around(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], around: Around<'_>) {
+    conv1d_in_chunks(spec, x, w, bias, y, around, CHUNK_VALUES);
+}
+
+/// [`conv1d_fft_around`] with at most `chunk_values` spectrum values per chunk (at least one
+/// tile column's), so the tests can cross chunk boundaries on small inputs.
+fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], around: Around<'_>, chunk_values: usize) {
     let Conv1dSpec { c_in, c_out, kernel, dilation: d, .. } = *spec;
     let n_out = spec.n_out();
     if n_out == 0 || c_out == 0 {
@@ -136,14 +161,16 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
         let chunk_tiles = chunk_columns * d;
         with_shared_scratch(chunk_tiles * per_tile, |spectra| {
             let (s_in, s_out) = spectra.split_at_mut(chunk_tiles * BINS * PARTS * c_in);
-            for_each_chunk(spec, x, y, columns, chunk_columns, |xb, yb, j0, j1| {
+            for_each_chunk(spec, x, y, columns, chunk_columns, |b, xb, yb, j0, j1| {
                 let tiles = (j1 - j0) * d;
                 // 1. Input spectra, `[tile][Re + Im | Re | Im][bin][c_in]`: each tile's spectrum
                 //    one contiguous block, written in place by its task.
                 let s_in = &mut s_in[..tiles * BINS * PARTS * c_in];
                 s_in.par_chunks_mut(BINS * PARTS * c_in).enumerate().for_each(|(i, block)| {
                     let (j, r) = (j0 + i / d, i % d);
-                    with_scratch(TILE * c_in, |work| input_spectrum(spec, xb, r, j * valid, &tw, work, block));
+                    let prep = around.prep.map(|p| move |row: &[f32], out: &mut [f32]| p(b, row, out));
+                    let prep = prep.as_ref().map(|p| p as RowPrep<'_>);
+                    with_scratch(TILE * c_in + c_in, |work| input_spectrum(spec, xb, r, j * valid, &tw, prep, work, block));
                 });
                 // 2. Per bin and part, every tile's row of that part (`tiles` rows, one tile
                 //    block apart) times the filters' matching part, into `[tile][k1 | k2 | k3]
@@ -187,10 +214,19 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
                                     break;
                                 }
                                 let dst = &mut rows[local * c_out..(local + 1) * c_out];
-                                dst[..h].copy_from_slice(&re[s * h..(s + 1) * h]);
-                                dst[h..].copy_from_slice(&im[s * h..(s + 1) * h]);
-                                if let Some(bv) = bias {
-                                    dst.iter_mut().zip(&bv[..c_out]).for_each(|(v, b)| *v += b);
+                                let (lo, hi) = (&re[s * h..(s + 1) * h], &im[s * h..(s + 1) * h]);
+                                if around.accumulate {
+                                    let out = lo.iter().chain(hi);
+                                    match bias {
+                                        Some(bv) => dst.iter_mut().zip(out.zip(&bv[..c_out])).for_each(|(v, (o, b))| *v += o + b),
+                                        None => dst.iter_mut().zip(out).for_each(|(v, o)| *v += o),
+                                    }
+                                } else {
+                                    dst[..h].copy_from_slice(lo);
+                                    dst[h..].copy_from_slice(hi);
+                                    if let Some(bv) = bias {
+                                        dst.iter_mut().zip(&bv[..c_out]).for_each(|(v, b)| *v += b);
+                                    }
                                 }
                             }
                         }
@@ -293,25 +329,32 @@ dispatch! {
 
 /// The spectrum of phase `r`'s tile starting at its row `s0` (input rows `r + d·(s0 + m) −
 /// pad`, zeros off the input), as `[Re + Im | Re | Im][bin][c_in]` in `block`. `work` holds
-/// `TILE·c_in`.
+/// `TILE·c_in + c_in`. Each input row goes through `prep` first where given.
+#[allow(clippy::too_many_arguments)]
 fn input_spectrum(
     spec: &Conv1dSpec,
     xb: &[f32],
     r: usize,
     s0: usize,
     tw: &([f32; TILE / 2], [f32; TILE / 2]),
+    prep: Option<RowPrep<'_>>,
     work: &mut [f32],
     block: &mut [f32],
 ) {
     let Conv1dSpec { n, c_in, pad, dilation: d, .. } = *spec;
     let h = c_in / 2;
+    let (work, mapped) = work.split_at_mut(TILE * c_in);
     let (re, im) = work.split_at_mut(TILE * h);
     for m in 0..TILE {
         let at = bit_reversed(m) * h;
         let (dr, di) = (&mut re[at..at + h], &mut im[at..at + h]);
         match (r + d * (s0 + m)).checked_sub(pad).filter(|&src| src < n) {
             Some(src) => {
-                let x = &xb[src * c_in..(src + 1) * c_in];
+                let mut x = &xb[src * c_in..(src + 1) * c_in];
+                if let Some(prep) = prep {
+                    prep(x, &mut mapped[..c_in]);
+                    x = &mapped[..c_in];
+                }
                 dr.copy_from_slice(&x[..h]);
                 di.copy_from_slice(&x[h..]);
             }

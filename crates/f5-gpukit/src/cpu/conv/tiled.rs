@@ -4,7 +4,7 @@
 use crate::cpu::gemm_into;
 use crate::spec::{Conv1dSpec, GemmSpec};
 
-/// Calls `f(x_item, y_item, j0, j1)` for every batch item and every chunk `j0 .. j1` of
+/// Calls `f(item, x_item, y_item, j0, j1)` for every batch item and every chunk `j0 .. j1` of
 /// `chunk_columns` tile columns out of `columns`: the scratch a path holds covers one chunk, so
 /// a long input is walked a chunk at a time.
 pub(super) fn for_each_chunk(
@@ -13,7 +13,7 @@ pub(super) fn for_each_chunk(
     y: &mut [f32],
     columns: usize,
     chunk_columns: usize,
-    mut f: impl FnMut(&[f32], &mut [f32], usize, usize),
+    mut f: impl FnMut(usize, &[f32], &mut [f32], usize, usize),
 ) {
     let Conv1dSpec { batch, n, c_in, c_out, .. } = *spec;
     let n_out = spec.n_out();
@@ -21,7 +21,7 @@ pub(super) fn for_each_chunk(
         let xb = &x[b * n * c_in..(b + 1) * n * c_in];
         let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
         for j0 in (0..columns).step_by(chunk_columns.max(1)) {
-            f(xb, &mut *yb, j0, (j0 + chunk_columns).min(columns));
+            f(b, xb, &mut *yb, j0, (j0 + chunk_columns).min(columns));
         }
     }
 }

@@ -96,7 +96,7 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
         let chunk_tiles = chunk_columns * d;
         with_shared_scratch(chunk_tiles * per_tile, |work| {
             let (u, m) = work.split_at_mut(chunk_tiles * POINTS * c_in);
-            for_each_chunk(spec, x, y, columns, chunk_columns, |xb, yb, j0, j1| {
+            for_each_chunk(spec, x, y, columns, chunk_columns, |_, xb, yb, j0, j1| {
                 let tiles = (j1 - j0) * d;
                 // 1. Transformed inputs, `[tile][point][c_in]`, tile i = column · d + phase.
                 let u = &mut u[..tiles * POINTS * c_in];
