@@ -651,7 +651,8 @@ impl Backend for CpuBackend {
     /// Measured on Kokoro's generator (f32, 2 threads, the AMX Xeon): the long input's forward
     /// 11% faster. The plain [`Backend::instance_norm_snake_conv1d`] fused the same way was 5%
     /// slower on the short input (its activations stay in cache there, and the tiles' overlap
-    /// snakes 10–20% of the rows twice), so it keeps the default's two ops.
+    /// snakes 10–20% of the rows twice), so it keeps the default's two ops. The Winograd path
+    /// (3 taps) adding its outputs in place measured no faster than its output and an `axpy`.
     fn instance_norm_snake_conv1d_add(
         &self,
         norm: &InstanceNormSpec,

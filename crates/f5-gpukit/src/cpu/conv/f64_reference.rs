@@ -97,3 +97,39 @@ pub(crate) fn check_without_bias_twice(
         assert!(err <= tolerance, "{spec:?}: rel-L2 {err:e}");
     }
 }
+
+/// The f32 CPU backend's `instance_norm_snake_conv1d_add` on `conv` (a 'same' convolution from
+/// `c` to `c` channels, two or more batch items) against instance norm + Snake, convolution and
+/// `axpy` apart: the same bits, with neither the input nor the scratch written (the rows are
+/// normalised as the convolution gathers them). The batch items are offset and scaled apart, so
+/// one item's statistics would not fit another's.
+pub(crate) fn check_fused_residual(conv: Conv1dSpec) {
+    use crate::{Backend, CpuBackend, InstanceNormSpec};
+    let kit = CpuBackend::new();
+    let Conv1dSpec { batch, n, c_in: c, .. } = conv;
+    assert!(batch >= 2 && conv.c_out == c && conv.n_out() == n);
+    let norm = InstanceNormSpec { batch, n, c, eps: 1e-5 };
+    let mut x = values(batch * n * c, 7);
+    for (b, item) in x.chunks_mut(n * c).enumerate() {
+        item.iter_mut().for_each(|v| *v = *v * (1.0 + 3.0 * b as f32) + 2.5 * b as f32);
+    }
+    let (style, alpha) = (values(batch * 2 * c, 8), values(c, 9).iter().map(|a| 1.0 + 0.4 * a).collect::<Vec<_>>());
+    let (w, bias, y0) = (values(c * c * conv.kernel, 10).iter().map(|v| v * 0.05).collect::<Vec<_>>(), values(c, 11), values(x.len(), 12));
+    let mut t = vec![0.0; x.len()];
+    kit.instance_norm_snake(&norm, &x, None, Some(&style), &alpha, &mut t).unwrap();
+    let mut out = vec![0.0; x.len()];
+    kit.conv1d(&conv, &t, &w, Some(&bias), &mut out).unwrap();
+    let mut apart = y0.clone();
+    let len = apart.len();
+    kit.axpy(1.0, &out, &mut apart, len).unwrap();
+
+    let (mut consumed, mut scratch, mut fused) = (x.clone(), vec![f32::NAN; x.len()], y0);
+    kit.instance_norm_snake_conv1d_add(&norm, &mut consumed, None, Some(&style), &alpha, &conv, &w, Some(&bias), &mut scratch, &mut fused)
+        .unwrap();
+    assert!(
+        fused.iter().zip(&apart).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "{conv:?}: the fused residual step differs from the three ops"
+    );
+    assert_eq!(consumed, x, "{conv:?}: the fused path wrote its input");
+    assert!(scratch.iter().all(|v| v.is_nan()), "{conv:?}: the fused path wrote the scratch");
+}

@@ -8,7 +8,7 @@
 //! the dilation ignored; the bias left out) are O(1) away. Gauss's three products per bin add a
 //! rounding to each operand: measured 2.1–2.9e-7, against 1.8–2.3e-7 with the schoolbook four.
 
-use super::super::f64_reference::{check_against_f64, check_without_bias_twice};
+use super::super::f64_reference::{check_against_f64, check_fused_residual, check_without_bias_twice};
 use super::{conv1d_fft, conv1d_in_chunks, suits, Around, BINS, PARTS, TILE};
 use crate::spec::{Conv1dSpec, PadMode};
 
@@ -68,37 +68,11 @@ fn leaves_what_it_cannot_compute_to_the_other_paths() {
     assert!(!suits(&Conv1dSpec { n: 40, ..base }), "too few rows for one tile");
 }
 
-/// The f32 backend's fused instance norm + Snake + convolution + residual step runs here: the same
-/// bits as the three ops apart, with neither the input nor the scratch written (the unfused
-/// path writes both), on two batch items, each normalised by its own statistics.
+/// The f32 backend's residual step (instance norm + Snake + convolution + residual) runs here
+/// fused: the same bits as the three ops, neither the input nor the scratch written.
 #[test]
 fn the_f32_backend_fuses_norm_snake_and_residual_into_this_path() {
-    use crate::{Backend, CpuBackend, InstanceNormSpec};
-    let kit = CpuBackend::new();
-    let (batch, n, c) = (2, 300, 64);
-    let conv = Conv1dSpec::new(batch, n, c, c, 7).dilation(3).pad(9);
+    let conv = Conv1dSpec::new(2, 300, 64, 64, 7).dilation(3).pad(9);
     assert!(suits(&conv));
-    let norm = InstanceNormSpec { batch, n, c, eps: 1e-5 };
-    let wave = |len: usize, f: f32, scale: f32| {
-        (0..len).map(|i| ((i as f32 * f).sin() + 0.3 * (i as f32 * 0.37).cos()) * scale).collect::<Vec<_>>()
-    };
-    // The second item's rows are offset and scaled, so one item's statistics would not fit both.
-    let mut x = wave(batch * n * c, 0.013, 1.0);
-    x[n * c..].iter_mut().for_each(|v| *v = *v * 4.0 + 2.5);
-    let (style, alpha) = (wave(batch * 2 * c, 0.7, 0.5), wave(c, 1.3, 0.4).iter().map(|a| 1.0 + a).collect::<Vec<_>>());
-    let (w, bias, y0) = (wave(c * c * 7, 0.011, 0.05), wave(c, 0.9, 0.1), wave(batch * n * c, 0.05, 1.0));
-    let mut t = vec![0.0; x.len()];
-    kit.instance_norm_snake(&norm, &x, None, Some(&style), &alpha, &mut t).unwrap();
-    let mut out = vec![0.0; x.len()];
-    kit.conv1d(&conv, &t, &w, Some(&bias), &mut out).unwrap();
-    let mut apart = y0.clone();
-    let len = apart.len();
-    kit.axpy(1.0, &out, &mut apart, len).unwrap();
-
-    let (mut consumed, mut scratch, mut fused) = (x.clone(), vec![f32::NAN; x.len()], y0.clone());
-    kit.instance_norm_snake_conv1d_add(&norm, &mut consumed, None, Some(&style), &alpha, &conv, &w, Some(&bias), &mut scratch, &mut fused)
-        .unwrap();
-    assert!(fused.iter().zip(&apart).all(|(a, b)| a.to_bits() == b.to_bits()), "the fused residual step differs from the three ops");
-    assert!(scratch.iter().all(|v| v.is_nan()), "the fused path wrote the scratch");
-    assert_eq!(consumed, x, "the fused path wrote its input");
+    check_fused_residual(conv);
 }
