@@ -142,6 +142,38 @@ pub(crate) fn norm_then_conv(norm: &crate::spec::InstanceNormSpec, conv: &crate:
     ))
 }
 
+/// `instance_norm_snake_conv1d_add`: [`norm_then_conv`], and `x` (which the unfused form
+/// convolves into) has room for the convolution's output. Returns the output element count.
+pub(crate) fn norm_then_conv_add(norm: &crate::spec::InstanceNormSpec, conv: &crate::spec::Conv1dSpec, x: usize) -> Result<usize> {
+    norm_then_conv(norm, conv)?;
+    let out = conv.batch * conv.n_out() * conv.c_out;
+    if x < out {
+        return Err(shape_err("instance_norm_snake_conv1d_add", format!("x has {x} values, less than the convolution's {out} outputs")));
+    }
+    Ok(out)
+}
+
+/// What a fused instance norm + Snake + convolution checks before it runs, so that it fails
+/// where the separate ops would: the norm's operands (its output `scratch`, which the fused form
+/// may never write), Snake's α, and the convolution from `x` into `out`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fused_norm_snake_conv(
+    norm: &crate::spec::InstanceNormSpec,
+    conv: &crate::spec::Conv1dSpec,
+    x: usize,
+    affine: Option<(usize, usize)>,
+    style: Option<usize>,
+    alpha: usize,
+    scratch: usize,
+    weight: usize,
+    bias: Option<usize>,
+    out: usize,
+) -> Result<()> {
+    norm.validate(x, affine, style, scratch)?;
+    snake(norm.batch * norm.n, norm.c, scratch, alpha)?;
+    conv.validate(x, weight, bias, out)
+}
+
 /// Returns the output element count.
 pub(crate) fn upsample_nearest(batch: usize, n: usize, c: usize, factor: usize, x: usize, out: usize) -> Result<usize> {
     let op = "upsample_nearest";

@@ -47,7 +47,7 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
         return depthwise(spec, x, w, bias, y);
     }
     if spec.groups == 1 {
-        if fourier::suits(spec) && fourier::enabled() {
+        if fft_applies(spec) {
             return fourier::conv1d_fft(spec, x, w, bias, y);
         }
         if winograd::suits(spec) && winograd::enabled() {
@@ -63,22 +63,12 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
     grouped(spec, x, w, bias, y)
 }
 
-pub(crate) use fourier::Around;
+pub(crate) use fourier::{conv1d_fft_around, Around};
 
-/// Whether [`conv1d`] takes the FFT path for `spec`, so that [`conv1d_around`] applies.
+/// Whether [`conv1d`] takes the FFT path for `spec`, where [`conv1d_fft_around`] can map its
+/// input rows and add its outputs.
 pub(crate) fn fft_applies(spec: &Conv1dSpec) -> bool {
     spec.groups == 1 && fourier::suits(spec) && fourier::enabled()
-}
-
-/// [`conv1d`] with its input rows mapped and its outputs added as `around` says, where the
-/// convolution takes the FFT path (the only one that maps rows as it gathers them); `false`,
-/// with nothing written, elsewhere.
-pub(crate) fn conv1d_around(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], around: Around<'_>) -> bool {
-    let fft = fft_applies(spec);
-    if fft {
-        fourier::conv1d_fft_around(spec, x, w, bias, y, around);
-    }
-    fft
 }
 
 /// The input row that tap `k` of output row `t` reads, or `None` where it falls on zero padding.

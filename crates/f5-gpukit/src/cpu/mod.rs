@@ -185,19 +185,30 @@ impl CpuBackend {
             return Ok(false);
         }
         let affine = affine.map(|(w, b)| (w.as_slice(), b.as_slice()));
-        let style = style.map(|s| s.as_slice());
-        norm.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), scratch_len)?;
-        check::snake(norm.batch * norm.n, norm.c, scratch_len, alpha.len())?;
-        let bias = bias.map(|b| b.as_slice());
-        conv.validate(x.len(), weight.len(), bias.map(|b| b.len()), y.len())?;
+        let (style, bias) = (style.map(|s| s.as_slice()), bias.map(|b| b.as_slice()));
+        let (affine_lens, style_len) = (affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()));
+        let (bias_len, out_len) = (bias.map(|b| b.len()), y.len());
+        check::fused_norm_snake_conv(
+            norm,
+            conv,
+            x.len(),
+            affine_lens,
+            style_len,
+            alpha.len(),
+            scratch_len,
+            weight.len(),
+            bias_len,
+            out_len,
+        )?;
         let InstanceNormSpec { batch, n, c, .. } = *norm;
-        Ok(self.run(|| {
+        self.run(|| {
             let items: Vec<seq::RowNorm<'_>> = (0..batch)
                 .map(|b| seq::RowNorm::of(norm, b, &x[b * n * c..(b + 1) * n * c], affine, style, Some((alpha, simd::snake_row))))
                 .collect();
             let prep = |b: usize, row: &[f32], out: &mut [f32]| items[b].row(row, out);
-            conv::conv1d_around(conv, x, weight, bias, y, conv::Around { prep: Some(&prep), accumulate: true })
-        }))
+            conv::conv1d_fft_around(conv, x, weight, bias, y, conv::Around { prep: Some(&prep), accumulate: true })
+        });
+        Ok(true)
     }
 
     /// [`Backend::snake`] with `sin²` from [`simd::sin2_f32`] (within 4e-7 of exact, against
@@ -666,14 +677,7 @@ impl Backend for CpuBackend {
         t: &mut Vec<f32>,
         y: &mut Vec<f32>,
     ) -> Result<()> {
-        check::norm_then_conv(norm, conv)?;
-        let out_len = conv.batch * conv.n_out() * conv.c_out;
-        if x.len() < out_len {
-            return Err(shape_err(
-                "instance_norm_snake_conv1d_add",
-                format!("x has {} values, less than the convolution's {out_len} outputs", x.len()),
-            ));
-        }
+        let out_len = check::norm_then_conv_add(norm, conv, x.len())?;
         if self.norm_snake_conv_add(norm, x, affine, style, alpha, conv, weight, bias, t.len(), y)? {
             return Ok(());
         }

@@ -498,9 +498,20 @@ impl CpuBf16Backend {
         let (affine, style) = norm_operands(op, affine, style)?;
         let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
         let bias = bias.map(|b| b.f32(op)).transpose()?.map(|b| b.as_slice());
-        norm.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), scratch_len)?;
-        crate::check::snake(norm.batch * norm.n, norm.c, scratch_len, alpha.len())?;
-        conv.validate(x.len(), filters_len, bias.map(|b| b.len()), out.len())?;
+        let (affine_lens, style_len) = (affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()));
+        let (bias_len, out_len) = (bias.map(|b| b.len()), out.len());
+        crate::check::fused_norm_snake_conv(
+            norm,
+            conv,
+            x.len(),
+            affine_lens,
+            style_len,
+            alpha.len(),
+            scratch_len,
+            filters_len,
+            bias_len,
+            out_len,
+        )?;
         let InstanceNormSpec { batch, n, c, .. } = *norm;
         let n_out = conv.n_out();
         let item = |b: usize| {
@@ -1110,13 +1121,8 @@ impl Backend for CpuBf16Backend {
         t: &mut CpuBuf,
         y: &mut CpuBuf,
     ) -> Result<()> {
-        crate::check::norm_then_conv(norm, conv)?;
         let op = "instance_norm_snake_conv1d_add";
-        let out_len = conv.batch * conv.n_out() * conv.c_out;
-        let x_len = x.f32(op)?.len();
-        if x_len < out_len {
-            return Err(shape_err(op, format!("x has {x_len} values, less than the convolution's {out_len} outputs")));
-        }
+        let out_len = crate::check::norm_then_conv_add(norm, conv, x.f32(op)?.len())?;
         let scratch_len = t.f32(op)?.len();
         if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, t.f32_mut(op)?)? {
             return self.axpy(1.0, t, y, out_len);

@@ -58,7 +58,7 @@ const PARTS: usize = 3;
 const MAX_KERNEL: usize = TILE / 2 + 1;
 /// Spectrum values held per chunk (input and output spectra together, 16 MB): bounds the scratch
 /// on long inputs while keeping each bin's GEMMs over 80+ tiles, so its filters are reused
-/// (chunks of 2 and 4 MB measured 5–20% slower on 128 channels).
+/// (chunks of 2 and 4 MB measured 5–20% slower on 128 channels, 8 MB about the same).
 const CHUNK_VALUES: usize = 1 << 22;
 
 /// Most filter pairs (`c_in·c_out`) taken: their spectrum, `3·BINS·c_in·c_out` floats (26 MB at
