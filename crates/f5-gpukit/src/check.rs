@@ -155,23 +155,24 @@ pub(crate) fn norm_then_conv_add(norm: &crate::spec::InstanceNormSpec, conv: &cr
 
 /// What a fused instance norm + Snake + convolution checks before it runs, so that it fails
 /// where the separate ops would: the norm's operands (its output `scratch`, which the fused form
-/// may never write), Snake's α, and the convolution from `x` into `out`.
+/// may never write), Snake's α, and the convolution from `x` (filters of `weight` values) into
+/// `out` values.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fused_norm_snake_conv(
     norm: &crate::spec::InstanceNormSpec,
     conv: &crate::spec::Conv1dSpec,
-    x: usize,
-    affine: Option<(usize, usize)>,
-    style: Option<usize>,
-    alpha: usize,
+    x: &[f32],
+    affine: Option<(&[f32], &[f32])>,
+    style: Option<&[f32]>,
+    alpha: &[f32],
     scratch: usize,
     weight: usize,
-    bias: Option<usize>,
+    bias: Option<&[f32]>,
     out: usize,
 ) -> Result<()> {
-    norm.validate(x, affine, style, scratch)?;
-    snake(norm.batch * norm.n, norm.c, scratch, alpha)?;
-    conv.validate(x, weight, bias, out)
+    norm.validate(x.len(), affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()), scratch)?;
+    snake(norm.batch * norm.n, norm.c, scratch, alpha.len())?;
+    conv.validate(x.len(), weight, bias.map(|b| b.len()), out)
 }
 
 /// Returns the output element count.

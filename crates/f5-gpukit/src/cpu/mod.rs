@@ -186,20 +186,7 @@ impl CpuBackend {
         }
         let affine = affine.map(|(w, b)| (w.as_slice(), b.as_slice()));
         let (style, bias) = (style.map(|s| s.as_slice()), bias.map(|b| b.as_slice()));
-        let (affine_lens, style_len) = (affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()));
-        let (bias_len, out_len) = (bias.map(|b| b.len()), y.len());
-        check::fused_norm_snake_conv(
-            norm,
-            conv,
-            x.len(),
-            affine_lens,
-            style_len,
-            alpha.len(),
-            scratch_len,
-            weight.len(),
-            bias_len,
-            out_len,
-        )?;
+        check::fused_norm_snake_conv(norm, conv, x, affine, style, alpha, scratch_len, weight.len(), bias, y.len())?;
         let InstanceNormSpec { batch, n, c, .. } = *norm;
         self.run(|| {
             let items: Vec<seq::RowNorm<'_>> = (0..batch)

@@ -498,20 +498,7 @@ impl CpuBf16Backend {
         let (affine, style) = norm_operands(op, affine, style)?;
         let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
         let bias = bias.map(|b| b.f32(op)).transpose()?.map(|b| b.as_slice());
-        let (affine_lens, style_len) = (affine.map(|(w, b)| (w.len(), b.len())), style.map(|s| s.len()));
-        let (bias_len, out_len) = (bias.map(|b| b.len()), out.len());
-        crate::check::fused_norm_snake_conv(
-            norm,
-            conv,
-            x.len(),
-            affine_lens,
-            style_len,
-            alpha.len(),
-            scratch_len,
-            filters_len,
-            bias_len,
-            out_len,
-        )?;
+        crate::check::fused_norm_snake_conv(norm, conv, x, affine, style, alpha, scratch_len, filters_len, bias, out.len())?;
         let InstanceNormSpec { batch, n, c, .. } = *norm;
         let n_out = conv.n_out();
         let item = |b: usize| {
