@@ -641,8 +641,9 @@ impl Backend for CpuBackend {
     }
 
     /// Where the convolution takes the FFT path, fused: each row a tile gathers is normalised
-    /// and snaked there ([`seq::RowNorm`], from statistics computed first), and each output is
-    /// added to `y` as it is formed (the roundings of the `axpy` after a separate convolution):
+    /// and snaked there (from statistics computed first, row by row as `seq`'s `RowNorm` does),
+    /// and each output is added to `y` as it is formed (the roundings of the `axpy` after a
+    /// separate convolution):
     /// `x` and `t` are left as they were, and neither the normalised rows nor the convolution's
     /// output go through memory; the bits are the three ops'. Otherwise those three ops.
     ///
