@@ -36,7 +36,7 @@ use rayon::prelude::*;
 
 use super::conv_int8_amx::{self as amx, AmxInt8};
 use super::gemm::{from_bf16, NR};
-use crate::cpu::conv::{padded_row_len, rows_read, tap_offsets};
+use crate::cpu::conv::{padded_row_len, rows_read, tap_offsets, write_or_add_block};
 use crate::cpu::lines::LineVec;
 use crate::cpu::scratch::{with_scratch, with_scratch_u32, with_scratch_usize};
 use crate::cpu::seq::RowPrep;
@@ -213,13 +213,24 @@ pub(crate) fn conv1d_dense(cpu: Avx512Vnni, spec: &Conv1dSpec, x: &[f32], w: &Pa
     let Conv1dSpec { batch, n, c_in, c_out, .. } = *spec;
     let n_out = spec.n_out();
     for b in 0..batch {
-        conv1d_item(cpu, spec, &x[b * n * c_in..(b + 1) * n * c_in], w, bias, None, &mut y[b * n_out * c_out..(b + 1) * n_out * c_out]);
+        conv1d_item(
+            cpu,
+            spec,
+            &x[b * n * c_in..(b + 1) * n * c_in],
+            w,
+            bias,
+            None,
+            false,
+            &mut y[b * n_out * c_out..(b + 1) * n_out * c_out],
+        );
     }
 }
 
 /// One batch item of [`conv1d_dense`]: `yb = conv(prep(xb)) + bias`, where `prep` (when given)
 /// maps each input row before it is quantised, as the blocks read it (rows two blocks read
-/// are mapped by both, to the same values).
+/// are mapped by both, to the same values); with `accumulate`, `yb += …` instead, per block
+/// ([`write_or_add_block`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn conv1d_item(
     cpu: Avx512Vnni,
     spec: &Conv1dSpec,
@@ -227,6 +238,7 @@ pub(crate) fn conv1d_item(
     w: &PackedFilters,
     bias: Option<&[f32]>,
     prep: Option<RowPrep<'_>>,
+    accumulate: bool,
     yb: &mut [f32],
 ) {
     debug_assert!(supports(spec) && w.fits(spec), "conv_int8::conv1d_item: filters packed for another shape");
@@ -243,13 +255,16 @@ pub(crate) fn conv1d_item(
                 convert_rows(cpu, x, c_in, row_len, dst, steps, prep)
             };
             let filters = amx::Filters::of(w);
-            yb.par_chunks_mut(rb * c_out)
-                .enumerate()
-                .for_each(|(blk, yblk)| amx::conv_block(tiles, convert, spec, xb, &filters, bias, blk * rb, yblk));
+            yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
+                write_or_add_block(yblk, accumulate, |out| amx::conv_block(tiles, convert, spec, xb, &filters, bias, blk * rb, out))
+            });
         }
         #[cfg(not(target_arch = "x86_64"))]
         Some(_) => unreachable!("AMX token off x86-64"),
-        None => yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| conv_block(cpu, spec, xb, w, bias, prep, blk * rb, yblk)),
+        None => yb
+            .par_chunks_mut(rb * c_out)
+            .enumerate()
+            .for_each(|(blk, yblk)| write_or_add_block(yblk, accumulate, |out| conv_block(cpu, spec, xb, w, bias, prep, blk * rb, out))),
     }
 }
 

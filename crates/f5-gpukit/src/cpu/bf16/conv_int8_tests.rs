@@ -413,17 +413,19 @@ fn fused_adain_snake_conv_gives_the_two_ops_bits_and_never_writes_the_scratch() 
             let got = kit.download(&y).unwrap();
             assert_eq!(got, kit.download(&y2).unwrap(), "int8 {int8_filters} amx {}: fused ≠ the two ops", kit.amx_convs());
             assert!(kit.download(&t).unwrap().iter().all(|v| v.is_nan()), "int8 {int8_filters}: the fused path wrote the scratch");
-            // The residual form: y0 + the same outputs; its input left as it was, the scratch
-            // holding the convolution.
+            // The residual form: y0 + the same outputs, block by block (70 rows are several
+            // blocks here); its input and the scratch left as they were (the outputs are
+            // added as they are formed, never written out whole).
             let y0 = spread(n_y, 8, -1.0, 1.0);
             let mut consumed = kit.upload(&x).unwrap();
-            let (mut scratch, mut acc) = (kit.alloc(n_t).unwrap(), kit.upload(&y0).unwrap());
+            let (mut scratch, mut acc) = (kit.upload(&vec![f32::NAN; n_t]).unwrap(), kit.upload(&y0).unwrap());
             kit.instance_norm_snake_conv1d_add(&norm, &mut consumed, affine, Some(&sb), &ab, &conv, wb, Some(&bb), &mut scratch, &mut acc)
                 .unwrap();
             let mut want = y0.clone();
             want.iter_mut().zip(&got).for_each(|(a, g)| *a += g);
             assert_eq!(kit.download(&acc).unwrap(), want);
             assert_eq!(kit.download(&consumed).unwrap(), x, "the fused residual form wrote its input");
+            assert!(kit.download(&scratch).unwrap().iter().all(|v| v.is_nan()), "the fused residual form wrote the scratch");
             // Wrong variants differ: the conv of the raw rows, and of the norm without Snake.
             let mut y_raw = kit.alloc(n_y).unwrap();
             kit.conv1d(&conv, &xb, wb, Some(&bb), &mut y_raw).unwrap();
