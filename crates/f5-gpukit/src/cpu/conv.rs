@@ -31,6 +31,7 @@
 use rayon::prelude::*;
 
 use super::scratch::{with_scratch, with_shared_scratch};
+use super::seq::{ChunkStats, STATS_ROWS};
 use super::{few_rows, gemm_raw};
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, GemmSpec, MatLayout};
 
@@ -71,19 +72,59 @@ pub(crate) fn fft_applies(spec: &Conv1dSpec) -> bool {
     spec.groups == 1 && fourier::suits(spec) && fourier::enabled()
 }
 
-/// Runs `compute` on one block of a convolution's output rows: into `yblk` itself, or with
-/// `accumulate`, into scratch that is then added to `yblk` (`y += out`, the rounding a
-/// separate `axpy` gives), while the block is still in cache. A residual step that adds a
-/// convolution to what `y` holds thus never writes the whole convolution's output to memory
-/// and reads it back: at Kokoro's last rate that output is 80 MB, against a block of ~0.5 MB.
-pub(crate) fn write_or_add_block(yblk: &mut [f32], accumulate: bool, compute: impl FnOnce(&mut [f32])) {
-    if !accumulate {
-        return compute(yblk);
+/// What a dense convolution does with each block of output rows besides computing them.
+#[derive(Default)]
+pub(crate) struct BlockOutput<'a> {
+    /// Add the outputs to what `y` holds (`y += out`, the rounding a separate `axpy` gives)
+    /// instead of writing them: each block is computed into scratch and added while it is in
+    /// cache, so a residual step never writes the whole convolution's output to memory and
+    /// reads it back (at Kokoro's last rate that output is 80 MB, against a block of ~0.5 MB).
+    pub(crate) accumulate: bool,
+    /// One slot per [`STATS_ROWS`] output rows of the batch item: each block fills its chunks'
+    /// per-channel statistics from its rows as written (after the add), while they are in cache,
+    /// for the instance norm that reads them next. The blocks are then whole chunks.
+    pub(crate) stats: Option<&'a mut [ChunkStats]>,
+}
+
+impl BlockOutput<'_> {
+    /// `rows` output rows per block as a kernel chose them (a multiple of its tile rows, which
+    /// divide [`STATS_ROWS`]), rounded up to whole chunks where statistics are collected.
+    pub(crate) fn block_rows(&self, rows: usize) -> usize {
+        if self.stats.is_some() {
+            rows.div_ceil(STATS_ROWS).max(1) * STATS_ROWS
+        } else {
+            rows
+        }
     }
-    with_scratch(yblk.len(), |out| {
-        compute(out);
-        super::simd::axpy(1.0, out, yblk);
-    });
+
+    /// Runs `block(first_row, out)` for each block of `rows` output rows (`c` values each) of
+    /// `y` in parallel, `out` being the block's rows of `y` or, to accumulate, scratch that is
+    /// then added to them; then the chunks' statistics where asked for. `rows` must come from
+    /// [`BlockOutput::block_rows`].
+    pub(crate) fn for_each_block(self, y: &mut [f32], c: usize, rows: usize, block: impl Fn(usize, &mut [f32]) + Sync) {
+        let BlockOutput { accumulate, stats } = self;
+        let run = |i: usize, yblk: &mut [f32]| {
+            if !accumulate {
+                return block(i * rows, yblk);
+            }
+            with_scratch(yblk.len(), |out| {
+                block(i * rows, out);
+                super::simd::axpy(1.0, out, yblk);
+            });
+        };
+        match stats {
+            None => y.par_chunks_mut(rows * c).enumerate().for_each(|(i, yblk)| run(i, yblk)),
+            Some(slots) => {
+                assert!(rows.is_multiple_of(STATS_ROWS) && slots.len() == (y.len() / c).div_ceil(STATS_ROWS), "statistics chunks");
+                y.par_chunks_mut(rows * c).zip(slots.par_chunks_mut(rows / STATS_ROWS)).enumerate().for_each(|(i, (yblk, slots))| {
+                    run(i, yblk);
+                    for (chunk, slot) in yblk.chunks(c * STATS_ROWS).zip(slots) {
+                        *slot = ChunkStats::of(chunk, c);
+                    }
+                });
+            }
+        }
+    }
 }
 
 /// The input row that tap `k` of output row `t` reads, or `None` where it falls on zero padding.

@@ -49,46 +49,91 @@ pub fn lstm(spec: &LstmSpec, lengths: &[usize], gates_x: &[f32], w_hh: &[f32], s
     }
 }
 
-/// Rows per block of the instance-norm statistics (256 KiB of rows at 128 channels, so a block
+/// Rows per chunk of the instance-norm statistics (96 KiB of rows at 128 channels, so a chunk
 /// read once from memory is read again from L2): fixed, so the f64 statistics (and the result's
-/// bits) do not depend on the thread count.
-const STATS_ROWS: usize = 512;
+/// bits) do not depend on the thread count. A multiple of every convolution kernel's tile rows
+/// (32 on the AMX tiles, 12 on AVX-512), so a convolution whose blocks of output rows are whole
+/// chunks can form its output's statistics block by block ([`ChunkStats::of`] on each chunk,
+/// then [`ChannelStats::merge`]) to the bits this norm computes.
+pub(crate) const STATS_ROWS: usize = 192;
 
-/// Per-channel mean and sum of squared deviations (`M2`, so the biased variance is `M2 / rows`)
-/// over the rows of `x` (`[rows, c]`) in f64. Each block of [`STATS_ROWS`] rows takes two passes
-/// while it is in cache, its mean and then the squared deviations around it (no cancellation
-/// however large the mean), in parallel; the blocks are then merged in block order by Chan et
-/// al.'s pairwise update (`M2 = M2_a + M2_b + δ²·n_a·n_b/n`, δ the difference of the means). The
-/// rows are read from memory once instead of twice (at the generator's last rate one
-/// activation is 80 MB).
-fn channel_stats(x: &[f32], c: usize) -> (Vec<f64>, Vec<f64>) {
-    let blocks: Vec<(usize, Vec<f64>, Vec<f64>)> = x
-        .par_chunks(c * STATS_ROWS)
-        .map(|block| {
-            let rows = block.len() / c;
-            let mut mean = vec![0.0f64; c];
-            simd::add_rows_f64(&mut mean, block);
-            mean.iter_mut().for_each(|m| *m /= rows as f64);
-            let mut m2 = vec![0.0f64; c];
-            simd::add_squared_deviations_f64(&mut m2, block, &mean);
-            (rows, mean, m2)
-        })
-        .collect();
-    let mut blocks = blocks.into_iter();
-    let Some((mut n, mut mean, mut m2)) = blocks.next() else {
-        return (vec![0.0; c], vec![0.0; c]);
-    };
-    for (nb, mean_b, m2_b) in blocks {
-        let total = n + nb;
-        let wb = nb as f64 / total as f64;
-        for j in 0..c {
-            let delta = mean_b[j] - mean[j];
-            mean[j] += delta * wb;
-            m2[j] += m2_b[j] + delta * delta * (n as f64) * wb;
-        }
-        n = total;
+/// One chunk's per-channel statistics: its rows, their mean and sum of squared deviations
+/// around it (`M2`), in f64.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ChunkStats {
+    rows: usize,
+    mean: Vec<f64>,
+    m2: Vec<f64>,
+}
+
+impl ChunkStats {
+    /// The rows of `block` (`[rows, c]`, in cache): two passes, the mean and then the squared
+    /// deviations around it (no cancellation however large the mean).
+    pub(crate) fn of(block: &[f32], c: usize) -> Self {
+        let rows = block.len() / c;
+        let mut mean = vec![0.0f64; c];
+        simd::add_rows_f64(&mut mean, block);
+        mean.iter_mut().for_each(|m| *m /= rows as f64);
+        let mut m2 = vec![0.0f64; c];
+        simd::add_squared_deviations_f64(&mut m2, block, &mean);
+        ChunkStats { rows, mean, m2 }
     }
-    (mean, m2)
+}
+
+/// One batch item's per-channel statistics over all its rows: the mean and `M2` (the biased
+/// variance is `M2 / rows`), in f64.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ChannelStats {
+    pub(crate) mean: Vec<f64>,
+    pub(crate) m2: Vec<f64>,
+}
+
+impl ChannelStats {
+    /// The chunks of one item's rows, in row order, merged in that order by Chan et al.'s
+    /// pairwise update (`M2 = M2_a + M2_b + δ²·n_a·n_b/n`, δ the difference of the means).
+    pub(crate) fn merge(chunks: impl IntoIterator<Item = ChunkStats>, c: usize) -> Self {
+        let mut chunks = chunks.into_iter();
+        let Some(ChunkStats { rows: mut n, mut mean, mut m2 }) = chunks.next() else {
+            return ChannelStats { mean: vec![0.0; c], m2: vec![0.0; c] };
+        };
+        for ChunkStats { rows: nb, mean: mean_b, m2: m2_b } in chunks {
+            let total = n + nb;
+            let wb = nb as f64 / total as f64;
+            for j in 0..c {
+                let delta = mean_b[j] - mean[j];
+                mean[j] += delta * wb;
+                m2[j] += m2_b[j] + delta * delta * (n as f64) * wb;
+            }
+            n = total;
+        }
+        ChannelStats { mean, m2 }
+    }
+
+    /// The rows of `x` (`[rows, c]`): chunks of [`STATS_ROWS`] rows in parallel, each while it
+    /// is in cache, so the rows are read from memory once instead of twice (at the generator's
+    /// last rate one activation is 80 MB), then merged in order.
+    pub(crate) fn of(x: &[f32], c: usize) -> Self {
+        let chunks: Vec<ChunkStats> = x.par_chunks(c * STATS_ROWS).map(|chunk| ChunkStats::of(chunk, c)).collect();
+        Self::merge(chunks, c)
+    }
+}
+
+/// The per-channel statistics of every batch item of a `[batch, n, c]` activation, as the
+/// convolution that wrote it formed them: what an instance norm over those rows would compute
+/// first, so it can start from them instead of reading the rows once more.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct KnownStats {
+    pub(crate) batch: usize,
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) items: Vec<ChannelStats>,
+}
+
+impl KnownStats {
+    /// Item `b`'s statistics where these are of the rows `spec` normalises.
+    pub(crate) fn for_norm(&self, spec: &InstanceNormSpec, b: usize) -> Option<&ChannelStats> {
+        ((self.batch, self.n, self.c) == (spec.batch, spec.n, spec.c)).then(|| self.items.get(b)).flatten()
+    }
 }
 
 /// A Snake to apply to each row as it is written: `(α, the row function)`.
@@ -143,7 +188,7 @@ pub(crate) struct RowNorm<'a> {
 
 impl<'a> RowNorm<'a> {
     /// Item `b` of `spec`, whose rows are `xb` (`n·c` values): per-channel statistics in f64
-    /// (`channel_stats`: two passes per cached block, the blocks merged in order), then
+    /// ([`ChannelStats::of`]: two passes per cached chunk, the chunks merged in order), then
     /// `y = (x − mean)·a + d` per channel, folding normalisation, affine and style into one
     /// scale and shift; the mean is subtracted first, so a large offset cancels exactly.
     pub(crate) fn of(
@@ -154,8 +199,21 @@ impl<'a> RowNorm<'a> {
         style: Option<&[f32]>,
         snake: Option<SnakeAfter<'a>>,
     ) -> Self {
+        Self::from_stats(spec, b, &ChannelStats::of(xb, spec.c), affine, style, snake)
+    }
+
+    /// [`RowNorm::of`] from item `b`'s statistics, known already (the same bits as computing
+    /// them from the rows).
+    pub(crate) fn from_stats(
+        spec: &InstanceNormSpec,
+        b: usize,
+        stats: &ChannelStats,
+        affine: Option<(&[f32], &[f32])>,
+        style: Option<&[f32]>,
+        snake: Option<SnakeAfter<'a>>,
+    ) -> Self {
         let InstanceNormSpec { n, c, eps, .. } = *spec;
-        let (mean, var) = channel_stats(xb, c);
+        let ChannelStats { mean, m2: var } = stats;
         let mut scale = vec![0.0f32; c];
         let mut shift = vec![0.0f32; c];
         for j in 0..c {
@@ -262,7 +320,7 @@ pub fn cumsum(x: &[f32], batch: usize, n: usize, c: usize, out: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{channel_stats, STATS_ROWS};
+    use super::{ChannelStats, STATS_ROWS};
 
     /// Mean and `M2` of each channel, exactly enough: two passes in f64 over the whole column.
     fn two_pass(x: &[f32], c: usize) -> (Vec<f64>, Vec<f64>) {
@@ -290,7 +348,7 @@ mod tests {
                 (3.0e6 * (j + 1) as f64 + 0.05 * t as f64 + noise) as f32
             })
             .collect();
-        let (mean, m2) = channel_stats(&x, c);
+        let ChannelStats { mean, m2 } = ChannelStats::of(&x, c);
         let (want_mean, want_m2) = two_pass(&x, c);
         for j in 0..c {
             assert!(((mean[j] - want_mean[j]) / want_mean[j]).abs() < 1e-14, "channel {j}: mean {} vs {}", mean[j], want_mean[j]);

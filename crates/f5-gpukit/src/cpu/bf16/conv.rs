@@ -30,7 +30,7 @@ use rayon::prelude::*;
 
 use super::conv_bf16_amx::{self as amx, AmxBf16};
 use super::gemm::{Avx512Bf16, MR, NR};
-use crate::cpu::conv::{merged_taps, padded_row_len, rows_read, tap_offsets, write_or_add_block};
+use crate::cpu::conv::{merged_taps, padded_row_len, rows_read, tap_offsets, BlockOutput};
 use crate::cpu::lines::LineVec;
 use crate::cpu::scratch::{with_scratch, with_scratch_u32, with_scratch_usize, with_shared_scratch_u32};
 use crate::cpu::seq::RowPrep;
@@ -61,7 +61,13 @@ pub(crate) fn conv1d_dense(
     }
     with_packed_filters(cpu, tiles, spec, w, bias, |rows| {
         for b in 0..batch {
-            rows.run(&x[b * n * c_in..(b + 1) * n * c_in], None, 0, false, &mut y[b * n_out * c_out..(b + 1) * n_out * c_out]);
+            rows.run(
+                &x[b * n * c_in..(b + 1) * n * c_in],
+                None,
+                0,
+                BlockOutput::default(),
+                &mut y[b * n_out * c_out..(b + 1) * n_out * c_out],
+            );
         }
     });
 }
@@ -82,26 +88,23 @@ pub(crate) struct DenseRows<'a> {
 impl DenseRows<'_> {
     /// Output rows `t0..t0 + y.len() / c_out` of the item whose input rows are `xb` (`n·c_in`
     /// values), each input row mapped by `prep` (when given) before it is converted, in
-    /// parallel blocks, written to `y` or with `accumulate` added to what it holds (per block,
-    /// [`write_or_add_block`]). Each output's sum does not depend on the blocking, so a row is
+    /// parallel blocks, written to `y` or added to it, with their statistics where `output`
+    /// asks ([`BlockOutput`]). Each output's sum does not depend on the blocking, so a row is
     /// the same whichever run computes it.
-    pub(crate) fn run(&self, xb: &[f32], prep: Option<RowPrep<'_>>, t0: usize, accumulate: bool, y: &mut [f32]) {
-        let DenseRows { cpu, spec, packed, bias, rows_per_block: rb, .. } = *self;
+    pub(crate) fn run(&self, xb: &[f32], prep: Option<RowPrep<'_>>, t0: usize, output: BlockOutput<'_>, y: &mut [f32]) {
+        let DenseRows { cpu, spec, packed, bias, .. } = *self;
         let c_out = spec.c_out;
         debug_assert!(xb.len() == spec.n * spec.c_in && y.len().is_multiple_of(c_out) && t0 + y.len() / c_out <= spec.n_out());
+        let rb = output.block_rows(self.rows_per_block);
         match self.tiles {
             #[cfg(target_arch = "x86_64")]
             Some(tiles) => {
                 let convert = |x: &[f32], c_in: usize, row_len: usize, dst: &mut [u32]| convert_rows(cpu, x, c_in, row_len, dst, prep);
-                y.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
-                    write_or_add_block(yblk, accumulate, |out| amx::conv_block(tiles, convert, spec, xb, packed, bias, t0 + blk * rb, out));
-                });
+                output.for_each_block(y, c_out, rb, |first, out| amx::conv_block(tiles, convert, spec, xb, packed, bias, t0 + first, out));
             }
             #[cfg(not(target_arch = "x86_64"))]
             Some(_) => unreachable!("AMX token off x86-64"),
-            None => y.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
-                write_or_add_block(yblk, accumulate, |out| conv_block(cpu, spec, xb, packed, bias, prep, t0 + blk * rb, out));
-            }),
+            None => output.for_each_block(y, c_out, rb, |first, out| conv_block(cpu, spec, xb, packed, bias, prep, t0 + first, out)),
         }
     }
 }

@@ -36,7 +36,7 @@ use rayon::prelude::*;
 
 use super::conv_int8_amx::{self as amx, AmxInt8};
 use super::gemm::{from_bf16, NR};
-use crate::cpu::conv::{padded_row_len, rows_read, tap_offsets, write_or_add_block};
+use crate::cpu::conv::{padded_row_len, rows_read, tap_offsets, BlockOutput};
 use crate::cpu::lines::LineVec;
 use crate::cpu::scratch::{with_scratch, with_scratch_u32, with_scratch_usize};
 use crate::cpu::seq::RowPrep;
@@ -220,7 +220,7 @@ pub(crate) fn conv1d_dense(cpu: Avx512Vnni, spec: &Conv1dSpec, x: &[f32], w: &Pa
             w,
             bias,
             None,
-            false,
+            BlockOutput::default(),
             &mut y[b * n_out * c_out..(b + 1) * n_out * c_out],
         );
     }
@@ -228,8 +228,8 @@ pub(crate) fn conv1d_dense(cpu: Avx512Vnni, spec: &Conv1dSpec, x: &[f32], w: &Pa
 
 /// One batch item of [`conv1d_dense`]: `yb = conv(prep(xb)) + bias`, where `prep` (when given)
 /// maps each input row before it is quantised, as the blocks read it (rows two blocks read
-/// are mapped by both, to the same values); with `accumulate`, `yb += …` instead, per block
-/// ([`write_or_add_block`]).
+/// are mapped by both, to the same values); written or added, with statistics, as `output`
+/// asks ([`BlockOutput`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv1d_item(
     cpu: Avx512Vnni,
@@ -238,7 +238,7 @@ pub(crate) fn conv1d_item(
     w: &PackedFilters,
     bias: Option<&[f32]>,
     prep: Option<RowPrep<'_>>,
-    accumulate: bool,
+    output: BlockOutput<'_>,
     yb: &mut [f32],
 ) {
     debug_assert!(supports(spec) && w.fits(spec), "conv_int8::conv1d_item: filters packed for another shape");
@@ -247,7 +247,7 @@ pub(crate) fn conv1d_item(
         return;
     }
     let tiles = cpu.amx.filter(|_| amx::fits(spec));
-    let rb = rows_per_block(spec, rayon::current_num_threads(), if tiles.is_some() { amx::MR } else { 2 * MR });
+    let rb = output.block_rows(rows_per_block(spec, rayon::current_num_threads(), if tiles.is_some() { amx::MR } else { 2 * MR }));
     match tiles {
         #[cfg(target_arch = "x86_64")]
         Some(tiles) => {
@@ -255,16 +255,11 @@ pub(crate) fn conv1d_item(
                 convert_rows(cpu, x, c_in, row_len, dst, steps, prep)
             };
             let filters = amx::Filters::of(w);
-            yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| {
-                write_or_add_block(yblk, accumulate, |out| amx::conv_block(tiles, convert, spec, xb, &filters, bias, blk * rb, out))
-            });
+            output.for_each_block(yb, c_out, rb, |first, out| amx::conv_block(tiles, convert, spec, xb, &filters, bias, first, out));
         }
         #[cfg(not(target_arch = "x86_64"))]
         Some(_) => unreachable!("AMX token off x86-64"),
-        None => yb
-            .par_chunks_mut(rb * c_out)
-            .enumerate()
-            .for_each(|(blk, yblk)| write_or_add_block(yblk, accumulate, |out| conv_block(cpu, spec, xb, w, bias, prep, blk * rb, out))),
+        None => output.for_each_block(yb, c_out, rb, |first, out| conv_block(cpu, spec, xb, w, bias, prep, first, out)),
     }
 }
 

@@ -455,3 +455,86 @@ fn fused_adain_snake_conv_gives_the_two_ops_bits_and_never_writes_the_scratch() 
     f32k.instance_norm_snake_conv1d(&norm, &x, None, Some(&style), &alpha, &conv, &w, Some(&bias), &mut t, &mut y).unwrap();
     assert_eq!((t, y), (t2, y2));
 }
+
+/// A fused convolution's output carries its rows' statistics (formed block by block, in
+/// [`STATS_ROWS`] chunks, while each block is in cache) to the fused norm that reads it next:
+/// Kokoro's residual step `u = conv(norm(x))`, `x' = x + conv(norm(u))`, `z = conv(norm(x'))`
+/// gives the separate ops' bits, on every kernel; the statistics were carried (each output
+/// holds them, equal to the norm's own to the bit) and a write to a buffer drops them: after
+/// one, the next fused op gives the separate ops' bits on the new values, where stale
+/// statistics would not.
+#[test]
+fn statistics_carried_between_fused_convolutions_give_the_separate_ops_bits() {
+    use crate::cpu::seq::{ChannelStats, STATS_ROWS};
+    use crate::spec::InstanceNormSpec;
+    let Some(_) = kernel_available("statistics carried between fused convolutions") else { return };
+    // Two items of 2·STATS_ROWS + 116 rows (a last chunk cut short), 64 channels each way.
+    let (batch, n, c) = (2, 2 * STATS_ROWS + 116, 64);
+    let norm = InstanceNormSpec { batch, n, c, eps: 1e-5 };
+    let conv = Conv1dSpec::new(batch, n, c, c, 5).dilation(3).pad(6);
+    let len = batch * n * c;
+    let x: Vec<f32> = spread(len, 11, -1.0, 1.0).iter().enumerate().map(|(i, v)| v * 2.0 + (i % c) as f32 * 0.05).collect();
+    let style = spread(batch * 2 * c, 12, -0.5, 0.5);
+    let alpha = spread(c, 13, 0.2, 2.0);
+    let (w1, w2) = (spread(c * c * 5, 14, -0.1, 0.1), spread(c * c * 5, 15, -0.1, 0.1));
+    let bias = spread(c, 16, -0.1, 0.1);
+    let base = CpuBf16Backend::with_int8_convs(2).expect("int8 backend");
+    let mut kits = vec![(base.clone(), true), (base.without_amx(), true)];
+    if let Some(bf16) = CpuBf16Backend::with_threads(2).ok().map(|k| k.with_bf16_dot_products(true)).filter(|k| k.bf16_dot_products()) {
+        kits.extend([(bf16.clone(), false), (bf16.without_amx(), false)]);
+    }
+    for (kit, int8_filters) in kits {
+        let kit = kit.with_stats_from_bytes(0);
+        let up = |v: &[f32]| kit.upload(v).unwrap();
+        let filters = |w: &[f32]| if int8_filters { kit.upload_weight_int8(w).unwrap() } else { kit.upload_weight(w).unwrap() };
+        let (xb, sb, ab, bb, wb1, wb2) = (up(&x), up(&style), up(&alpha), up(&bias), filters(&w1), filters(&w2));
+        let what = format!("int8 {int8_filters} amx {}", kit.amx_convs());
+        // The separate ops.
+        let apart = |input: &CpuBuf, w: &CpuBuf| {
+            let (mut t, mut y) = (kit.alloc(len).unwrap(), kit.alloc(len).unwrap());
+            kit.instance_norm_snake(&norm, input, None, Some(&sb), &ab, &mut t).unwrap();
+            kit.conv1d(&conv, &t, w, Some(&bb), &mut y).unwrap();
+            y
+        };
+        let u = apart(&xb, &wb1);
+        let mut x1 = up(&x);
+        kit.axpy(1.0, &apart(&u, &wb2), &mut x1, len).unwrap();
+        let z = kit.download(&apart(&x1, &wb1)).unwrap();
+        // Fused, each output carrying its statistics to the next op.
+        let mut t = kit.alloc(len).unwrap();
+        let mut u_f = kit.alloc(len).unwrap();
+        kit.instance_norm_snake_conv1d(&norm, &xb, None, Some(&sb), &ab, &conv, &wb1, Some(&bb), &mut t, &mut u_f).unwrap();
+        assert!(u_f.2.is_some(), "{what}: the fused output carries no statistics");
+        let mut x1_f = up(&x);
+        kit.instance_norm_snake_conv1d_add(&norm, &mut u_f, None, Some(&sb), &ab, &conv, &wb2, Some(&bb), &mut t, &mut x1_f).unwrap();
+        let x1_host = kit.download(&x1).unwrap();
+        assert_eq!(kit.download(&x1_f).unwrap(), x1_host, "{what}: the residual step");
+        let carried = x1_f.2.as_deref().expect("the residual step's output carries its statistics");
+        for b in 0..batch {
+            let own = ChannelStats::of(&x1_host[b * n * c..(b + 1) * n * c], c);
+            assert_eq!(carried.for_norm(&norm, b), Some(&own), "{what}: item {b}'s carried statistics");
+        }
+        let mut z_f = kit.alloc(len).unwrap();
+        kit.instance_norm_snake_conv1d(&norm, &x1_f, None, Some(&sb), &ab, &conv, &wb1, Some(&bb), &mut t, &mut z_f).unwrap();
+        assert_eq!(kit.download(&z_f).unwrap(), z, "{what}: the norm from carried statistics");
+        // Each kind of write drops the statistics; the next fused op then reads the new values'.
+        type Write<'a> = (&'a str, &'a dyn Fn(&mut CpuBuf));
+        let writes: [Write<'_>; 4] = [
+            ("fill", &|b| kit.fill(b, 5 * c, 40, 3.0).unwrap()),
+            ("write", &|b| kit.write(b, c, &[4.0; 70]).unwrap()),
+            ("copy", &|b| kit.copy(&xb, 0, b, 0, 300).unwrap()),
+            ("axpy", &|b| kit.axpy(2.0, &xb, b, len).unwrap()),
+        ];
+        for (name, write) in writes {
+            let mut changed = kit.alloc(len).unwrap();
+            kit.instance_norm_snake_conv1d(&norm, &xb, None, Some(&sb), &ab, &conv, &wb1, Some(&bb), &mut t, &mut changed).unwrap();
+            assert!(changed.2.is_some());
+            write(&mut changed);
+            assert!(changed.2.is_none(), "{what}: {name} kept the statistics");
+            let want = kit.download(&apart(&changed, &wb2)).unwrap();
+            let mut got = kit.alloc(len).unwrap();
+            kit.instance_norm_snake_conv1d(&norm, &changed, None, Some(&sb), &ab, &conv, &wb2, Some(&bb), &mut t, &mut got).unwrap();
+            assert_eq!(kit.download(&got).unwrap(), want, "{what}: after {name}");
+        }
+    }
+}

@@ -29,6 +29,7 @@ use rayon::prelude::*;
 use super::conv;
 use super::conv_bf16_amx::AmxBf16;
 use super::gemm::Avx512Bf16;
+use crate::cpu::conv::BlockOutput;
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec};
 
 /// `y = conv_transpose(x, w) + bias` for a dense (`groups == 1`) transposed convolution with
@@ -73,7 +74,7 @@ pub(crate) fn conv_transpose1d_dense(
             let first = pad.div_ceil(stride).min(groups);
             let last = ((n_out + pad) / stride).clamp(first, groups);
             if first < last {
-                rows.run(xb, None, first, false, &mut yb[(first * stride - pad) * c_out..(last * stride - pad) * c_out]);
+                rows.run(xb, None, first, BlockOutput::default(), &mut yb[(first * stride - pad) * c_out..(last * stride - pad) * c_out]);
             }
             // The groups the crop cuts, through a buffer, keeping the rows inside it.
             for cut in [0..first, last..groups] {
@@ -81,7 +82,7 @@ pub(crate) fn conv_transpose1d_dense(
                     continue;
                 }
                 let mut part = vec![0.0f32; cut.len() * wide];
-                rows.run(xb, None, cut.start, false, &mut part);
+                rows.run(xb, None, cut.start, BlockOutput::default(), &mut part);
                 for (i, row) in part.chunks_exact(c_out).enumerate() {
                     if let Some(o) = (cut.start * stride + i).checked_sub(pad).filter(|&o| o < n_out) {
                         yb[o * c_out..(o + 1) * c_out].copy_from_slice(row);

@@ -90,7 +90,9 @@ use rayon::prelude::*;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
+use crate::cpu::conv::BlockOutput;
 use crate::cpu::scratch::with_shared_scratch;
+use crate::cpu::seq::{ChannelStats, ChunkStats, KnownStats, RowNorm, STATS_ROWS};
 use crate::spec::{
     AttentionSpec, Conv1dSpec, ConvTranspose1dSpec, GemmSpec, InstanceNormSpec, InterpolateSpec, LstmSpec, Pad1dSpec, RopeSpec, StftSpec,
 };
@@ -111,14 +113,23 @@ pub fn cpu_int8_missing_feature() -> Option<&'static str> {
     Avx512Vnni::detect().err()
 }
 
+/// Outputs of at least this many bytes carry their statistics out of a fused convolution
+/// ([`CpuBf16Backend::fused_conv`]): those that outgrow the caches, where the norm reading them
+/// would otherwise read them from memory once more just for the statistics (Kokoro's
+/// generator at its last rate: 80 MB per activation on the long input). Smaller ones stay in
+/// cache for that read, and their blocks keep the kernels' own sizes.
+const STATS_FROM_BYTES: usize = 4 << 20;
+
 /// A buffer of [`CpuBf16Backend`]: f32 values, a GEMM weight stored as bf16, an f32-computed
 /// weight stored as f16 ([`Backend::upload_weight_compact`]), or a dense convolution's filter
 /// bank held only packed for its kernel: in bf16 ([`Backend::upload_conv_filters`]) or in int8
 /// ([`Backend::upload_conv_filters_int8`] in the int8 mode). A filter bank
 /// uploaded with `upload_weight_int8` in the int8 mode also keeps, once a dense convolution has
-/// used it, its int8 form (the second field: `None` for every other buffer).
+/// used it, its int8 form (the second field: `None` for every other buffer). An activation a
+/// fused convolution wrote may carry its rows' per-channel statistics (the third field), for the
+/// instance norm that reads it next; every write to the buffer drops them.
 #[derive(Clone, Debug)]
-pub struct CpuBuf(Repr, Option<OnceLock<Box<conv_int8::PackedFilters>>>);
+pub struct CpuBuf(Repr, Option<OnceLock<Box<conv_int8::PackedFilters>>>, Option<Box<KnownStats>>);
 
 #[derive(Clone, Debug)]
 enum Repr {
@@ -151,7 +162,7 @@ enum DenseKernel<'w> {
 
 impl CpuBuf {
     fn of(repr: Repr) -> Self {
-        CpuBuf(repr, None)
+        CpuBuf(repr, None, None)
     }
 
     /// The int8 filter bank of this bf16 weight for `spec`, where it was uploaded for int8:
@@ -162,11 +173,18 @@ impl CpuBuf {
         Some(if kept.fits(spec) { Cow::Borrowed(&**kept) } else { Cow::Owned(conv_int8::PackedFilters::pack(spec, w)) })
     }
 
-    /// Forgets a kept int8 bank: the values changed.
+    /// Forgets what was kept of the values (an int8 bank, the statistics): they changed.
     fn values_changed(&mut self) {
         if let Some(kept) = &mut self.1 {
             *kept = OnceLock::new();
         }
+        self.2 = None;
+    }
+
+    /// The statistics of the rows `spec` normalises, item `b`, where the op that wrote this
+    /// buffer left them.
+    fn known_stats(&self, spec: &InstanceNormSpec, b: usize) -> Option<&ChannelStats> {
+        self.2.as_ref()?.for_norm(spec, b)
     }
 
     /// Whether this buffer is a weight held in bf16 only.
@@ -198,7 +216,9 @@ impl CpuBuf {
         }
     }
 
+    /// The f32 values to write: what was kept of them is dropped.
     fn f32_mut(&mut self, op: &'static str) -> Result<&mut Vec<f32>> {
+        self.values_changed();
         match &mut self.0 {
             Repr::F32(v) => Ok(v),
             other => Err(not_f32(op, other)),
@@ -398,6 +418,9 @@ pub struct CpuBf16Backend {
     bf16_attention: bool,
     /// The packed B operand, reused by every GEMM (a GEMM that finds it busy packs into its own).
     packed_b: Arc<Mutex<Vec<u32>>>,
+    /// Fused convolutions' outputs of this many bytes or more carry their statistics
+    /// ([`STATS_FROM_BYTES`]; lower in tests, so small shapes take that path).
+    stats_from_bytes: usize,
 }
 
 impl CpuBf16Backend {
@@ -414,6 +437,7 @@ impl CpuBf16Backend {
             bf16_attention: bf16_dot.is_some() && bf16_dot_products_pay(false),
             bf16_dot,
             packed_b: Arc::new(Mutex::new(Vec::new())),
+            stats_from_bytes: STATS_FROM_BYTES,
         })
     }
 
@@ -464,14 +488,17 @@ impl CpuBf16Backend {
 
     /// The fused AdaIN + Snake + convolution, where the filters are int8 ones this backend's
     /// int8 mode takes for `conv`, or bf16 ones its bf16 kernel takes (the kernels `conv1d`
-    /// would pick): the item's instance-norm statistics first, then each row the convolution
-    /// reads is normalised, snaked and converted (quantised to int8 or rounded to bf16) in one
-    /// go (`conv_int8::conv1d_item` or the bf16 `DenseRows::run` with a
-    /// [`RowNorm`](crate::cpu::seq::RowNorm) row function), so the normalised rows never go
-    /// through memory. The bits are those of `instance_norm_snake` then `conv1d`: the same row
-    /// functions, in the same order, on the same rows. The output goes to `out`; `scratch_len`
-    /// is the length of the buffer the unfused ops would normalise into, checked as they would
-    /// check it. `Ok(false)` (nothing done) where the filters or the CPU take neither kernel.
+    /// would pick): the item's instance-norm statistics first (or those the op that wrote `x`
+    /// left on it), then each row the convolution reads is normalised, snaked and converted
+    /// (quantised to int8 or rounded to bf16) in one go (`conv_int8::conv1d_item` or the bf16
+    /// `DenseRows::run` with a [`RowNorm`](crate::cpu::seq::RowNorm) row function), so the
+    /// normalised rows never go through memory. The bits are those of `instance_norm_snake`
+    /// then `conv1d`: the same row functions, in the same order, on the same rows. The output is
+    /// written to `y` or, with `accumulate`, added to it block by block; on an output of
+    /// [`STATS_FROM_BYTES`] or more its rows' statistics are formed block by block too and left
+    /// on `y` (`x`'s are used where it has them). `scratch_len` is the length of the buffer the unfused ops would normalise into,
+    /// checked as they would check it. `Ok(false)` (nothing done, `y` untouched) where the
+    /// filters or the CPU take neither kernel.
     #[allow(clippy::too_many_arguments)]
     fn fused_conv(
         &self,
@@ -486,7 +513,7 @@ impl CpuBf16Backend {
         bias: Option<&CpuBuf>,
         scratch_len: usize,
         accumulate: bool,
-        out: &mut [f32],
+        y: &mut CpuBuf,
     ) -> Result<bool> {
         if norm.n == 0 || norm.c == 0 {
             return Ok(false);
@@ -497,39 +524,53 @@ impl CpuBf16Backend {
             DenseKernel::Bf16(_, w) => w.len(),
         };
         let (affine, style) = norm_operands(op, affine, style)?;
-        let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
+        let (xv, alpha) = (x.f32(op)?, alpha.f32(op)?);
         let bias = bias.map(|b| b.f32(op)).transpose()?.map(|b| b.as_slice());
-        crate::check::fused_norm_snake_conv(norm, conv, x, affine, style, alpha, scratch_len, filters_len, bias, out.len())?;
         let InstanceNormSpec { batch, n, c, .. } = *norm;
-        let n_out = conv.n_out();
+        let (n_out, c_out) = (conv.n_out(), conv.c_out);
+        let out_len = batch * n_out * c_out;
+        let out = y.f32_mut(op)?;
+        crate::check::fused_norm_snake_conv(norm, conv, xv, affine, style, alpha, scratch_len, filters_len, bias, out.len())?;
+        if accumulate {
+            crate::check::axpy(out_len, out_len, out.len())?;
+        }
         let item = |b: usize| {
-            let xb = &x[b * n * c..(b + 1) * n * c];
-            (xb, crate::cpu::seq::RowNorm::of(norm, b, xb, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32))))
+            let xb = &xv[b * n * c..(b + 1) * n * c];
+            let snake: Option<crate::cpu::seq::SnakeAfter<'_>> = Some((alpha, crate::cpu::simd::snake_row_f32));
+            let rows = match x.known_stats(norm, b) {
+                Some(stats) => RowNorm::from_stats(norm, b, stats, affine, style, snake),
+                None => RowNorm::of(norm, b, xb, affine, style, snake),
+            };
+            (xb, rows)
         };
-        let outputs = out[..batch * n_out * conv.c_out].chunks_mut((n_out * conv.c_out).max(1));
+        let collect = c_out > 0 && n_out * c_out * 4 >= self.stats_from_bytes;
+        let mut chunks: Vec<Vec<ChunkStats>> =
+            if collect { (0..batch).map(|_| vec![ChunkStats::default(); n_out.div_ceil(STATS_ROWS)]).collect() } else { Vec::new() };
+        // One item's statistics slots at a time (none where they are not collected).
+        fn output(accumulate: bool, chunks: &mut [Vec<ChunkStats>], b: usize) -> BlockOutput<'_> {
+            BlockOutput { accumulate, stats: chunks.get_mut(b).map(|v| &mut v[..]) }
+        }
+        let outputs = out[..out_len].chunks_mut((n_out * c_out).max(1));
         self.f32.run(|| match &kernel {
             DenseKernel::Int8(vnni, filters) => {
                 for (b, yb) in outputs.enumerate() {
                     let (xb, rows) = item(b);
-                    conv_int8::conv1d_item(
-                        *vnni,
-                        conv,
-                        xb,
-                        filters,
-                        bias,
-                        Some(&|row: &[f32], mapped: &mut [f32]| rows.row(row, mapped)),
-                        accumulate,
-                        yb,
-                    );
+                    let prep = |row: &[f32], mapped: &mut [f32]| rows.row(row, mapped);
+                    conv_int8::conv1d_item(*vnni, conv, xb, filters, bias, Some(&prep), output(accumulate, &mut chunks, b), yb);
                 }
             }
             DenseKernel::Bf16(cpu, w) => conv::with_packed_filters(*cpu, self.amx_bf16, conv, *w, bias, |dense| {
                 for (b, yb) in outputs.enumerate() {
                     let (xb, rows) = item(b);
-                    dense.run(xb, Some(&|row: &[f32], mapped: &mut [f32]| rows.row(row, mapped)), 0, accumulate, yb);
+                    let prep = |row: &[f32], mapped: &mut [f32]| rows.row(row, mapped);
+                    dense.run(xb, Some(&prep), 0, output(accumulate, &mut chunks, b), yb);
                 }
             }),
         });
+        if collect {
+            let items = chunks.into_iter().map(|item| ChannelStats::merge(item, c_out)).collect();
+            y.2 = Some(Box::new(KnownStats { batch, n: n_out, c: c_out, items }));
+        }
         Ok(true)
     }
 
@@ -546,6 +587,12 @@ impl CpuBf16Backend {
     /// compare the two on one machine.
     pub fn without_amx(self) -> Self {
         CpuBf16Backend { int8: self.int8.map(|v| v.without_amx()), amx_bf16: None, ..self }
+    }
+
+    /// This backend with fused convolutions' outputs carrying their statistics from `bytes` on.
+    #[cfg(test)]
+    pub(crate) fn with_stats_from_bytes(self, bytes: usize) -> Self {
+        CpuBf16Backend { stats_from_bytes: bytes, ..self }
     }
 
     /// Whether GEMMs, attention and convolutions with a bf16 weight compute with AVX-512 BF16
@@ -772,6 +819,7 @@ impl Backend for CpuBf16Backend {
     }
 
     fn copy(&self, src: &CpuBuf, src_off: usize, dst: &mut CpuBuf, dst_off: usize, len: usize) -> Result<()> {
+        dst.values_changed();
         match (&src.0, &mut dst.0) {
             (Repr::F32(s), Repr::F32(d)) => self.f32.copy(s, src_off, d, dst_off, len),
             _ => {
@@ -1088,7 +1136,7 @@ impl Backend for CpuBf16Backend {
         crate::check::norm_then_conv(norm, conv)?;
         let op = "instance_norm_snake_conv1d";
         let scratch_len = t.f32(op)?.len();
-        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, false, y.f32_mut(op)?)? {
+        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, false, y)? {
             return Ok(());
         }
         self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
@@ -1119,12 +1167,7 @@ impl Backend for CpuBf16Backend {
         let op = "instance_norm_snake_conv1d_add";
         let out_len = crate::check::norm_then_conv_add(norm, conv, x.f32(op)?.len())?;
         let scratch_len = t.f32(op)?.len();
-        let fused = {
-            let y = y.f32_mut(op)?;
-            crate::check::axpy(out_len, out_len, y.len())?;
-            self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, true, &mut y[..out_len])?
-        };
-        if fused {
+        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, true, y)? {
             return Ok(());
         }
         self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
