@@ -443,9 +443,9 @@ pub trait Backend: Send + Sync {
     /// for the convolution's output (`batch·n_out·c_out` values, which a 'same' convolution
     /// from `c` to `c` channels has). So the residual step needs no buffer besides its input,
     /// its scratch and `y`. The default runs `instance_norm_snake` into `t`, `conv1d` into `x`
-    /// and `axpy` into `y`; the CPU int8 mode normalises each row as the convolution reads it
-    /// (never writing the normalised rows), convolves into `t` and adds that, with the same
-    /// result.
+    /// and `axpy` into `y`; the CPU bf16 and int8 kernels normalise each row as the convolution
+    /// reads it and add each block of outputs to `y` while it is in cache (writing neither the
+    /// normalised rows nor the convolution's output), with the same result.
     #[allow(clippy::too_many_arguments)]
     fn instance_norm_snake_conv1d_add(
         &self,
