@@ -95,6 +95,8 @@ impl DenseRows<'_> {
         let DenseRows { cpu, spec, packed, bias, .. } = *self;
         let c_out = spec.c_out;
         debug_assert!(xb.len() == spec.n * spec.c_in && y.len().is_multiple_of(c_out) && t0 + y.len() / c_out <= spec.n_out());
+        // The statistics' chunks are counted from the item's first row.
+        debug_assert!(output.stats.is_none() || t0 == 0, "statistics of a run that starts past row 0");
         let rb = output.block_rows(self.rows_per_block);
         match self.tiles {
             #[cfg(target_arch = "x86_64")]
