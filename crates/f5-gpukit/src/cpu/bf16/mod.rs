@@ -496,7 +496,7 @@ impl CpuBf16Backend {
     /// then `conv1d`: the same row functions, in the same order, on the same rows. The output is
     /// written to `y` or, with `accumulate`, added to it block by block; on an output of
     /// [`STATS_FROM_BYTES`] or more its rows' statistics are formed block by block too and left
-    /// on `y` (`x`'s are used where it has them). `scratch_len` is the length of the buffer the unfused ops would normalise into,
+    /// on `y`. `scratch_len` is the length of the buffer the unfused ops would normalise into,
     /// checked as they would check it. `Ok(false)` (nothing done, `y` untouched) where the
     /// filters or the CPU take neither kernel.
     #[allow(clippy::too_many_arguments)]
