@@ -32,6 +32,7 @@ pub(crate) mod check;
 mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod host;
 mod spec;
 
 pub use cpu::bf16::{cpu_bf16_missing_feature, cpu_int8_missing_feature, CpuBf16Backend, CpuBuf};

@@ -582,6 +582,20 @@ impl InterpolateSpec {
         InterpolateSpec { batch, n_in, n_out, c, ratio: (1.0 / scale) as f32 }
     }
 
+    /// The two input rows output row `t` of an item reads and their weights `(i0, i1, l0, l1)`:
+    /// the row is `fma(x[i0], l0, x[i1]·l1)`, channel by channel, in the f32 arithmetic of
+    /// PyTorch's CPU kernel. Public so that host code which needs only some of the output
+    /// (Kokoro's source reads two input samples per frame of a 300× downsample) computes those
+    /// values with the op's own bits. `n_in` must be at least 1.
+    #[inline]
+    pub fn taps(&self, t: usize) -> (usize, usize, f32, f32) {
+        let src = (self.ratio * (t as f32 + 0.5) - 0.5).max(0.0);
+        let i0 = (src as usize).min(self.n_in.saturating_sub(1));
+        let i1 = if i0 + 1 < self.n_in { i0 + 1 } else { i0 };
+        let l1 = src - i0 as f32;
+        (i0, i1, 1.0 - l1, l1)
+    }
+
     pub(crate) fn validate(&self, x: usize, out: usize) -> Result<()> {
         let op = "interpolate_linear";
         if !(self.ratio.is_finite() && self.ratio > 0.0) {

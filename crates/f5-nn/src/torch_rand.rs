@@ -137,25 +137,39 @@ impl TorchGenerator {
     /// current rayon pool ([`CpuBackend::box_muller_normals`]: f64 within an ulp of libm's, so
     /// each value is the serial loop's except, about once in 10⁸ values, one f32 ulp away).
     pub fn randn_serial(&mut self, len: usize) -> Result<Vec<f32>, KitError> {
-        let mut out = Vec::with_capacity(len);
-        if len == 0 {
-            return Ok(out);
-        }
-        if let Some(v) = self.cached_normal.take() {
-            out.push(v as f32);
-        }
-        let pairs = (len - out.len()).div_ceil(2);
-        let mut words = vec![0u32; 4 * pairs];
-        self.fill_u32(&mut words);
-        let start = out.len();
-        out.resize(start + 2 * pairs, 0.0);
-        CpuBackend::new().box_muller_normals(&words, &mut out[start..])?;
-        if out.len() > len {
-            // An odd count: the last pair's second value stays cached, in double precision.
-            out.truncate(len);
-            self.cached_normal = words.last_chunk::<4>().map(|w| box_muller_f64(w).1);
-        }
+        let mut out = vec![0.0f32; len];
+        self.randn_serial_into(&mut out)?;
         Ok(out)
+    }
+
+    /// [`TorchGenerator::randn_serial`] into `out`: the next `out.len()` values of the serial
+    /// normal stream. The stream does not depend on how it is cut: calls of 5 and 7 values give
+    /// the 12 values one call gives (an odd count leaves the last pair's second value cached, as
+    /// PyTorch's generator does), so a long draw can be taken a block at a time, each block's
+    /// words and values in cache, with no buffer for the whole draw.
+    pub fn randn_serial_into(&mut self, out: &mut [f32]) -> Result<(), KitError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let mut start = 0;
+        if let Some(v) = self.cached_normal.take() {
+            out[0] = v as f32;
+            start = 1;
+        }
+        let rest = out.len() - start;
+        let whole = rest / 2 * 2;
+        let mut words = vec![0u32; 2 * whole];
+        self.fill_u32(&mut words);
+        CpuBackend::new().box_muller_normals(&words, &mut out[start..start + whole])?;
+        if whole < rest {
+            // An odd count: the last value is the first of a fresh pair, whose second value stays
+            // cached, in double precision.
+            let w = std::array::from_fn(|_| self.next_u32());
+            let (c, s) = box_muller_f64(&w);
+            out[start + whole] = c as f32;
+            self.cached_normal = Some(s);
+        }
+        Ok(())
     }
 
     fn normal_f64(&mut self) -> f64 {
@@ -331,6 +345,28 @@ mod tests {
                 assert_eq!(got, want, "draw {i} of {lens:?}");
             }
             assert_eq!(fast.next_u32(), slow.next_u32(), "the streams moved apart");
+        }
+    }
+
+    #[test]
+    fn a_draw_taken_in_blocks_is_the_one_draw() {
+        // Kokoro's source takes its noise a block at a time: blocks of odd and even sizes, cut
+        // anywhere, give the one draw's values bit for bit and leave the generator where it does.
+        let len = 9 * 20_001;
+        let mut one = TorchGenerator::new(5);
+        let want = one.randn_serial(len).expect("a draw");
+        for sizes in [[4096usize, 65_536], [1, 4097], [6_143, 2]] {
+            let mut blocks = TorchGenerator::new(5);
+            let mut got = vec![f32::NAN; len];
+            let (mut at, mut i) = (0, 0);
+            while at < len {
+                let n = sizes[i % 2].min(len - at);
+                blocks.randn_serial_into(&mut got[at..at + n]).expect("a block");
+                (at, i) = (at + n, i + 1);
+            }
+            let differ = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(differ, 0, "blocks of {sizes:?}: {differ} values differ");
+            assert_eq!(blocks.clone().next_u32(), one.clone().next_u32(), "blocks of {sizes:?}: the streams moved apart");
         }
     }
 
