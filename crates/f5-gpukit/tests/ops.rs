@@ -1232,7 +1232,10 @@ fn ref_hann(n_fft: usize) -> Vec<f64> {
 
 pub fn stft<B: Backend>(kit: &B) {
     let mut rng = Rng::new(29);
-    for &(batch, samples, n_fft, hop) in &[(1usize, 300usize, 20usize, 5usize), (2, 63, 8, 3), (1, 11, 4, 4)] {
+    // The last shapes span several of the CPU kernel's parallel blocks of frames (1,024 each).
+    for &(batch, samples, n_fft, hop) in
+        &[(1usize, 300usize, 20usize, 5usize), (2, 63, 8, 3), (1, 11, 4, 4), (1, 30_003, 20, 5), (2, 6_200, 8, 3)]
+    {
         let spec = StftSpec::for_samples(batch, samples, n_fft, hop);
         let samples_used = spec.samples();
         let mut x = rng.vec(batch * samples_used);
@@ -1284,7 +1287,11 @@ pub fn stft<B: Backend>(kit: &B) {
 
 pub fn istft<B: Backend>(kit: &B) {
     let mut rng = Rng::new(30);
-    for &(batch, frames, n_fft, hop) in &[(1usize, 41usize, 20usize, 5usize), (2, 9, 8, 4), (1, 2, 4, 1)] {
+    // The last shapes span several of the CPU kernel's parallel blocks of samples (8,192 each),
+    // whose edge frames straddle two blocks.
+    for &(batch, frames, n_fft, hop) in
+        &[(1usize, 41usize, 20usize, 5usize), (2, 9, 8, 4), (1, 2, 4, 1), (1, 5_001, 20, 5), (2, 4_000, 8, 3)]
+    {
         let spec = StftSpec { batch, frames, n_fft, hop };
         let (bins, samples, half) = (spec.bins(), spec.samples(), n_fft / 2);
         // ISTFTNet's head: magnitude exp(a), phase sin(b).

@@ -5,6 +5,7 @@
 
 use rayon::prelude::*;
 
+use super::simd;
 use crate::spec::StftSpec;
 
 /// The periodic Hann window `0.5 − 0.5·cos(2πt/N)` (`torch.hann_window(N)`).
@@ -28,48 +29,67 @@ fn twiddles(n_fft: usize) -> (Vec<f64>, Vec<f64>) {
     (cos, sin)
 }
 
+/// Frames per parallel task of [`stft`] (a fixed split: each frame is computed alone).
+const FRAMES_PER_TASK: usize = 1024;
+/// Output samples per parallel task of [`istft`]: each task overlap-adds the frames that
+/// reach its samples (recomputing the few that straddle two tasks), in frame order, so every
+/// sample's sum is the one a single overlap-add pass forms.
+const SAMPLES_PER_TASK: usize = 8192;
+
+/// The sample of the reflect-padded signal (`center=True`, `n_fft/2` each side) at padded
+/// position `i + half`.
+fn reflected(i: isize, n: isize) -> usize {
+    (if i < 0 {
+        -i
+    } else if i >= n {
+        2 * (n - 1) - i
+    } else {
+        i
+    }) as usize
+}
+
+/// `[batch, frames, bins]` magnitudes and phases of the windowed frames: each frame's DFT in
+/// f64 (bins summed over the taps in order; the taps outer, so the bins vectorise), rounded to
+/// f32, then put in polar form a task's frames at a time ([`simd::polar_f32`]).
 pub fn stft(spec: &StftSpec, signal: &[f32], mag: &mut [f32], phase: &mut [f32]) {
     let StftSpec { batch, frames, n_fft, hop } = *spec;
     let (bins, samples, half) = (spec.bins(), spec.samples(), n_fft / 2);
     let win = hann(n_fft);
-    let (cos, sin) = twiddles(n_fft);
+    let (cos, sin) = by_tap(&twiddles(n_fft), n_fft);
     let total = batch * frames * bins;
-    mag[..total].par_chunks_mut(bins).zip(phase[..total].par_chunks_mut(bins)).enumerate().for_each(|(r, (m, p))| {
-        let (b, f) = (r / frames, r % frames);
-        let x = &signal[b * samples..(b + 1) * samples];
-        // The frame reads padded positions f·hop .. f·hop + n_fft of the reflect-padded signal.
-        let frame: Vec<f64> = (0..n_fft)
-            .map(|t| {
-                let i = (f * hop + t) as isize - half as isize;
-                let n = samples as isize;
-                let s = if i < 0 {
-                    -i
-                } else if i >= n {
-                    2 * (n - 1) - i
-                } else {
-                    i
-                };
-                x[s as usize] as f64 * win[t]
-            })
-            .collect();
-        for k in 0..bins {
-            let (mut re, mut im) = (0.0f64, 0.0f64);
-            for t in 0..n_fft {
-                re += frame[t] * cos[k * n_fft + t];
-                im -= frame[t] * sin[k * n_fft + t];
-            }
-            if k == 0 || 2 * k == n_fft {
+    mag[..total].par_chunks_mut(bins * FRAMES_PER_TASK).zip(phase[..total].par_chunks_mut(bins * FRAMES_PER_TASK)).enumerate().for_each(
+        |(blk, (m, p))| {
+            let mut frame = vec![0.0f64; n_fft];
+            let (mut re, mut im) = (vec![0.0f64; bins], vec![0.0f64; bins]);
+            let (mut re32, mut im32) = (vec![0.0f32; m.len()], vec![0.0f32; m.len()]);
+            for (j, (r32, i32)) in re32.chunks_exact_mut(bins).zip(im32.chunks_exact_mut(bins)).enumerate() {
+                let r = blk * FRAMES_PER_TASK + j;
+                let (b, f) = (r / frames, r % frames);
+                let x = &signal[b * samples..(b + 1) * samples];
+                // The frame reads padded positions f·hop .. f·hop + n_fft of the reflect-padded signal.
+                for (t, v) in frame.iter_mut().enumerate() {
+                    *v = x[reflected((f * hop + t) as isize - half as isize, samples as isize)] as f64 * win[t];
+                }
+                re.fill(0.0);
+                im.fill(0.0);
+                simd::dft_by_tap(&frame, &cos, &sin, &mut re, &mut im);
                 // A real signal's DC and Nyquist bins are real: PyTorch's FFT gives +0 exactly,
                 // so the phase is exactly 0 or +π, never −π or rounding noise.
-                im = 0.0;
+                im[0] = 0.0;
+                im[half] = 0.0;
+                for k in 0..bins {
+                    (r32[k], i32[k]) = (re[k] as f32, im[k] as f32);
+                }
             }
-            let (re, im) = (re as f32, im as f32);
-            m[k] = re.hypot(im);
-            p[k] = im.atan2(re);
-        }
-    });
+            simd::polar_f32(&re32, &im32, m, p);
+        },
+    );
 }
 
+/// `[batch, samples]` from one-sided spectra in polar form: each frame's inverse DFT in f64
+/// (the taps inner, so they vectorise; `(sin, cos)` of the phases a task's frames at a time,
+/// [`simd::sin_cos_f32`]), windowed, overlap-added in frame order and divided by the summed
+/// squared window, in parallel over blocks of output samples.
 pub fn istft(spec: &StftSpec, mag: &[f32], phase: &[f32], signal: &mut [f32]) {
     let StftSpec { batch, frames, n_fft, hop } = *spec;
     let (bins, samples, half) = (spec.bins(), spec.samples(), n_fft / 2);
@@ -83,28 +103,45 @@ pub fn istft(spec: &StftSpec, mag: &[f32], phase: &[f32], signal: &mut [f32]) {
             env[f * hop + t] += win[t] * win[t];
         }
     }
-    signal[..batch * samples].par_chunks_mut(samples.max(1)).enumerate().for_each(|(b, out)| {
-        let mut ola = vec![0.0f64; full];
-        for f in 0..frames {
-            let base = (b * frames + f) * bins;
-            let (re, im): (Vec<f64>, Vec<f64>) = (0..bins)
-                .map(|k| {
-                    let (m, p) = (mag[base + k] as f64, phase[base + k]);
-                    let (s, c) = p.sin_cos();
-                    (m * c as f64, m * s as f64)
-                })
-                .unzip();
-            for t in 0..n_fft {
-                // irfft: DC and Nyquist once (their imaginary parts ignored), interior bins twice.
-                let mut acc = re[0] + re[half] * cos[half * n_fft + t];
-                for k in 1..half {
-                    acc += 2.0 * (re[k] * cos[k * n_fft + t] - im[k] * sin[k * n_fft + t]);
+    for b in 0..batch {
+        let (mag, phase) = (&mag[b * frames * bins..(b + 1) * frames * bins], &phase[b * frames * bins..(b + 1) * frames * bins]);
+        signal[b * samples..(b + 1) * samples].par_chunks_mut(SAMPLES_PER_TASK).enumerate().for_each(|(blk, out)| {
+            // Padded positions j0..j1, and the frames f with f·hop ≤ j < f·hop + n_fft for some.
+            let j0 = blk * SAMPLES_PER_TASK + half;
+            let j1 = j0 + out.len();
+            let f_lo = (j0 + 1).saturating_sub(n_fft).div_ceil(hop);
+            let f_hi = ((j1 - 1) / hop).min(frames - 1);
+            let rows = f_lo * bins..(f_hi + 1) * bins;
+            let (mut s32, mut c32) = (vec![0.0f32; rows.len()], vec![0.0f32; rows.len()]);
+            simd::sin_cos_f32(&phase[rows.clone()], &mut s32, &mut c32);
+            let (mut re, mut im) = (vec![0.0f64; bins], vec![0.0f64; bins]);
+            let mut acc = vec![0.0f64; n_fft];
+            let mut ola = vec![0.0f64; out.len()];
+            for f in f_lo..=f_hi {
+                let at = (f - f_lo) * bins;
+                for k in 0..bins {
+                    let m = mag[f * bins + k] as f64;
+                    (re[k], im[k]) = (m * c32[at + k] as f64, m * s32[at + k] as f64);
                 }
-                ola[f * hop + t] += acc / n_fft as f64 * win[t];
+                // irfft: DC and Nyquist once (their imaginary parts ignored), interior bins twice.
+                simd::idft_by_bin(&re, &im, &cos, &sin, &mut acc);
+                for (t, &a) in acc.iter().enumerate() {
+                    let j = f * hop + t;
+                    if (j0..j1).contains(&j) {
+                        ola[j - j0] += a / n_fft as f64 * win[t];
+                    }
+                }
             }
-        }
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = (ola[i + half] / env[i + half]) as f32;
-        }
-    });
+            for ((o, &v), &e) in out.iter_mut().zip(&ola).zip(&env[j0..j1]) {
+                *o = (v / e) as f32;
+            }
+        });
+    }
+}
+
+/// A `[bins][n_fft]` table pair as `[n_fft][bins]`.
+fn by_tap((cos, sin): &(Vec<f64>, Vec<f64>), n_fft: usize) -> (Vec<f64>, Vec<f64>) {
+    let bins = cos.len() / n_fft;
+    let swap = |v: &Vec<f64>| (0..n_fft * bins).map(|i| v[(i % bins) * n_fft + i / bins]).collect();
+    (swap(cos), swap(sin))
 }
