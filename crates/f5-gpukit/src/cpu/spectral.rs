@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use super::simd;
-use crate::spec::StftSpec;
+use crate::spec::{PadMode, StftSpec};
 
 /// The periodic Hann window `0.5 − 0.5·cos(2πt/N)` (`torch.hann_window(N)`).
 fn hann(n_fft: usize) -> Vec<f64> {
@@ -36,18 +36,6 @@ const FRAMES_PER_TASK: usize = 1024;
 /// sample's sum is the one a single overlap-add pass forms.
 const SAMPLES_PER_TASK: usize = 8192;
 
-/// The sample of the reflect-padded signal (`center=True`, `n_fft/2` each side) at padded
-/// position `i + half`.
-fn reflected(i: isize, n: isize) -> usize {
-    (if i < 0 {
-        -i
-    } else if i >= n {
-        2 * (n - 1) - i
-    } else {
-        i
-    }) as usize
-}
-
 /// `[batch, frames, bins]` magnitudes and phases of the windowed frames: each frame's DFT in
 /// f64 (bins summed over the taps in order; the taps outer, so the bins vectorise), rounded to
 /// f32, then put in polar form a task's frames at a time ([`simd::polar_f32`]).
@@ -68,7 +56,9 @@ pub fn stft(spec: &StftSpec, signal: &[f32], mag: &mut [f32], phase: &mut [f32])
                 let x = &signal[b * samples..(b + 1) * samples];
                 // The frame reads padded positions f·hop .. f·hop + n_fft of the reflect-padded signal.
                 for (t, v) in frame.iter_mut().enumerate() {
-                    *v = x[reflected((f * hop + t) as isize - half as isize, samples as isize)] as f64 * win[t];
+                    // Reflect never gives a zero: `Some` always (validated: the pad is below the length).
+                    let s = PadMode::Reflect.source(f * hop + t, half, samples).unwrap_or(0);
+                    *v = x[s] as f64 * win[t];
                 }
                 re.fill(0.0);
                 im.fill(0.0);
