@@ -15,7 +15,7 @@
 use super::{conv1d_dense, reference, scales, supports, Avx512Vnni, PackedFilters, MAX_TERMS};
 use crate::cpu::bf16::conv::tests::{conv_f64, data, shapes};
 use crate::cpu::bf16::gemm::{from_bf16, to_bf16};
-use crate::cpu::bf16::{CpuBf16Backend, CpuBuf};
+use crate::cpu::bf16::{CpuBf16Backend, CpuBuf, Repr};
 use crate::spec::{Conv1dSpec, PadMode};
 use crate::{Backend, CpuBackend};
 
@@ -306,6 +306,42 @@ fn backend_in_int8_mode_runs_dense_bf16_filters_on_the_int8_kernel_and_the_rest_
 }
 
 #[test]
+fn int8_mode_gives_narrow_convolutions_to_the_bf16_tiles_where_both_tiles_run() {
+    let Some(cpu) = kernel_available("int8 mode's kernel choice") else { return };
+    let int8 = CpuBf16Backend::with_int8_convs(2).expect("int8 backend");
+    let bf16 = CpuBf16Backend::with_threads(2).expect("bf16 backend");
+    let both_tiles = cpu.amx() && int8.amx_bf16.is_some();
+    for c_in in [128, 256] {
+        let spec = Conv1dSpec::new(1, 80, c_in, 32, 3).dilation(3).pad(3);
+        let (x, w, bias) = data(&spec, 31);
+        let run = |kit: &CpuBf16Backend, held_int8: bool| {
+            let (xb, bb) = (kit.upload(&x).unwrap(), kit.upload(&bias).unwrap());
+            let mut y = kit.alloc(spec.n_out() * spec.c_out).unwrap();
+            // The bank as a bf16 weight marked for int8, and as one packed at upload (in int8
+            // only where the int8 kernel will take it): the same bits either way.
+            let marked = kit.upload_weight_int8(&w).unwrap();
+            let packed = kit.upload_conv_filters_int8(&w, &spec).unwrap();
+            assert_eq!(matches!(packed.0, Repr::Int8(_)), held_int8, "c_in {c_in}: held in int8");
+            let mut outs = [&marked, &packed].map(|wb| {
+                kit.conv1d(&spec, &xb, wb, Some(&bb), &mut y).unwrap();
+                kit.download(&y).unwrap()
+            });
+            assert_eq!(outs[0], outs[1], "c_in {c_in}: marked and packed banks");
+            std::mem::take(&mut outs[0])
+        };
+        let int8_kernel = run_kernel(cpu, &spec, &x, &w, Some(&bias), 2);
+        let bf16_tiles = run(&bf16, false);
+        assert_ne!(int8_kernel, bf16_tiles, "c_in {c_in}: the two kernels must differ for the check to tell them apart");
+        // Below 256 channels the bf16 tiles, from 256 on the int8 ones; with no tiles (or only
+        // one kind), the int8 kernel everywhere.
+        let narrow = both_tiles && c_in < 256;
+        assert_eq!(run(&int8, !narrow), if narrow { bf16_tiles } else { int8_kernel.clone() }, "c_in {c_in}");
+        // The threshold at 0 keeps the int8 tiles, as the tests of their fused forms need.
+        assert_eq!(run(&int8.clone().with_int8_tiles_from_channels(0), true), int8_kernel, "c_in {c_in}, threshold 0");
+    }
+}
+
+#[test]
 fn filters_held_only_in_int8_compute_as_the_kept_bank_read_back_dequantised_and_refuse_writes() {
     let Some(_) = kernel_available("int8-only filter bank") else { return };
     let int8 = CpuBf16Backend::with_int8_convs(2).expect("int8 backend");
@@ -387,7 +423,8 @@ fn fused_adain_snake_conv_gives_the_two_ops_bits_and_never_writes_the_scratch() 
     let (n_t, n_y) = (2 * 70 * 64, 2 * conv.n_out() * 48);
     // The int8 mode (VNNI and AMX kernels), and the bf16 kernels (AVX-512 BF16 and AMX) where
     // the CPU has them: each fuses, with its own filters.
-    let base = CpuBf16Backend::with_int8_convs(2).expect("int8 backend");
+    // The int8 tiles on these 64-channel shapes too (the mode gives them to the bf16 tiles).
+    let base = CpuBf16Backend::with_int8_convs(2).expect("int8 backend").with_int8_tiles_from_channels(0);
     let mut kits = vec![(base.clone(), true), (base.without_amx(), true)];
     if let Some(bf16) = CpuBf16Backend::with_threads(2).ok().map(|k| k.with_bf16_dot_products(true)).filter(|k| k.bf16_dot_products()) {
         kits.extend([(bf16.clone(), false), (bf16.without_amx(), false)]);
@@ -478,7 +515,8 @@ fn statistics_carried_between_fused_convolutions_give_the_separate_ops_bits() {
     let alpha = spread(c, 13, 0.2, 2.0);
     let (w1, w2) = (spread(c * c * 5, 14, -0.1, 0.1), spread(c * c * 5, 15, -0.1, 0.1));
     let bias = spread(c, 16, -0.1, 0.1);
-    let base = CpuBf16Backend::with_int8_convs(2).expect("int8 backend");
+    // The int8 tiles on these 64-channel shapes too (the mode gives them to the bf16 tiles).
+    let base = CpuBf16Backend::with_int8_convs(2).expect("int8 backend").with_int8_tiles_from_channels(0);
     let mut kits = vec![(base.clone(), true), (base.without_amx(), true)];
     if let Some(bf16) = CpuBf16Backend::with_threads(2).ok().map(|k| k.with_bf16_dot_products(true)).filter(|k| k.bf16_dot_products()) {
         kits.extend([(bf16.clone(), false), (bf16.without_amx(), false)]);

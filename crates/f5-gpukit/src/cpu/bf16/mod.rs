@@ -421,6 +421,8 @@ pub struct CpuBf16Backend {
     /// Fused convolutions' outputs of this many bytes or more carry their statistics
     /// ([`STATS_FROM_BYTES`]; lower in tests, so small shapes take that path).
     stats_from_bytes: usize,
+    /// [`INT8_TILES_FROM_CHANNELS`]; 0 in tests that run the int8 tiles on small shapes.
+    int8_tiles_from_channels: usize,
 }
 
 impl CpuBf16Backend {
@@ -438,6 +440,7 @@ impl CpuBf16Backend {
             bf16_dot,
             packed_b: Arc::new(Mutex::new(Vec::new())),
             stats_from_bytes: STATS_FROM_BYTES,
+            int8_tiles_from_channels: if narrow_int8_on_bf16_tiles() { INT8_TILES_FROM_CHANNELS } else { 0 },
         })
     }
 
@@ -461,13 +464,24 @@ impl CpuBf16Backend {
         self.int8.is_some()
     }
 
+    /// The int8 kernel for a dense convolution of `spec`: in the int8 mode, where it takes the
+    /// shape and the AMX bf16 tiles do not beat it. Those accumulate every tap in the tiles,
+    /// while the int8 tiles must leave them once per tap to apply each input row's step (see
+    /// `conv_int8_amx`); with 128 input channels that pass costs as much as the products, and
+    /// the bf16 tiles ran 1.2–1.35× faster on every Kokoro shape (`conv_time`, a Xeon with
+    /// AMX), with 2.5× less error. From 256 channels on the int8 tiles are as fast or faster.
+    fn int8_kernel(&self, spec: &Conv1dSpec) -> Option<Avx512Vnni> {
+        let bf16_tiles_win = self.amx_bf16.is_some() && conv_int8_amx::fits(spec) && spec.c_in < self.int8_tiles_from_channels;
+        self.int8.filter(|vnni| conv_int8::supports(spec) && !(vnni.amx() && bf16_tiles_win))
+    }
+
     /// The reduced-precision kernel a dense convolution with these filters runs on, as
     /// `conv1d` and the fused AdaIN + Snake + convolution both choose it: int8 filters (held in
     /// int8, or a bf16 weight uploaded for int8) on the int8 mode where it takes the shape, else
     /// a bf16 weight on the bf16 kernel where the bf16 dot products pay. `None`: f32 arithmetic
     /// (or, for filters held only in int8, a shape they were not packed for).
     fn dense_kernel<'w>(&self, spec: &Conv1dSpec, weight: &'w CpuBuf) -> Option<DenseKernel<'w>> {
-        let int8 = self.int8.filter(|_| conv_int8::supports(spec));
+        let int8 = self.int8_kernel(spec);
         match &weight.0 {
             Repr::Int8(filters) => int8.filter(|_| filters.fits(spec)).map(|vnni| DenseKernel::Int8(vnni, Cow::Borrowed(&**filters))),
             Repr::Bf16Conv(filters) => {
@@ -589,6 +603,13 @@ impl CpuBf16Backend {
         CpuBf16Backend { int8: self.int8.map(|v| v.without_amx()), amx_bf16: None, ..self }
     }
 
+    /// This backend with dense int8 convolutions on the int8 AMX tiles from `channels` input
+    /// channels on (0: wherever they fit), where it has both kinds of tiles.
+    #[cfg(test)]
+    pub(crate) fn with_int8_tiles_from_channels(self, channels: usize) -> Self {
+        CpuBf16Backend { int8_tiles_from_channels: channels, ..self }
+    }
+
     /// This backend with fused convolutions' outputs carrying their statistics from `bytes` on.
     #[cfg(test)]
     pub(crate) fn with_stats_from_bytes(self, bytes: usize) -> Self {
@@ -671,6 +692,17 @@ impl CpuBf16Backend {
         }
         Ok(Wide::Owned(out))
     }
+}
+
+/// Input channels from which, in the int8 mode on a CPU with both kinds of AMX tiles, a dense
+/// convolution runs on the int8 tiles rather than the bf16 ones (`int8_kernel`).
+const INT8_TILES_FROM_CHANNELS: usize = 256;
+
+/// Whether narrow int8 convolutions go to the bf16 tiles (`int8_kernel`):
+/// `F5_CPU_INT8_ON_BF16_TILES=off` (or `0`) keeps them on the int8 tiles, for measuring the two.
+fn narrow_int8_on_bf16_tiles() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("F5_CPU_INT8_ON_BF16_TILES").is_ok_and(|v| v == "off" || v == "0"))
 }
 
 /// Rows from which a bf16 `Linear` GEMM runs on the AMX tiles (`linear_amx::linear_bf16`)
@@ -785,7 +817,7 @@ impl Backend for CpuBf16Backend {
     /// any other, `upload_weight_int8`'s.
     fn upload_conv_filters_int8(&self, data: &[f32], spec: &Conv1dSpec) -> Result<CpuBuf> {
         let dense = is_dense_bank(spec, data.len());
-        if dense && (self.int8.is_none() || !conv_int8::supports(spec)) {
+        if dense && self.int8_kernel(spec).is_none() {
             return self.upload_conv_filters(data, spec);
         }
         if !dense {
