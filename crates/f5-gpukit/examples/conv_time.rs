@@ -95,11 +95,12 @@ fn main() -> AnyResult<()> {
     // (channels, kernel, dilation, rows): the generator's resblocks at the two upsampled rates,
     // the decoder's wide k3 convs; then those of a short sentence (56 phonemes, 153 frames),
     // which take the few-row path on AVX-512: the decoder's and F0/N blocks' k3 convs, the
-    // text encoder's k5 over the 58 tokens.
+    // text encoder's k5 over the 58 tokens; and its generator's resblocks (3,060 and 18,360
+    // frames).
     // Then the generator's noise convs, which read the source's 22-row spectrum (n_fft + 2):
     // 22 → 256 with k12 stride 6 at the first stage, 22 → 128 with k1 at the last (the long
     // input's 26,000 and 156,000 frames).
-    let shapes: [(usize, usize, usize, usize, usize, usize); 17] = [
+    let shapes: [(usize, usize, usize, usize, usize, usize); 22] = [
         (128, 128, 3, 1, 1, 40000),
         (128, 128, 3, 5, 1, 40000),
         (128, 128, 7, 1, 1, 40000),
@@ -115,6 +116,11 @@ fn main() -> AnyResult<()> {
         (512, 512, 3, 1, 1, 153),
         (256, 256, 3, 1, 1, 306),
         (512, 512, 5, 1, 1, 58),
+        (256, 256, 7, 3, 1, 3060),
+        (256, 256, 11, 5, 1, 3060),
+        (128, 128, 3, 3, 1, 18360),
+        (128, 128, 7, 5, 1, 18360),
+        (128, 128, 11, 1, 1, 18360),
         (22, 256, 12, 1, 6, 156000),
         (22, 128, 1, 1, 1, 156000),
     ];
