@@ -128,7 +128,8 @@ struct ServeArgs {
     device: String,
     /// Weight precision: f32; bf16 (bf16 weights, f32 accumulation; on a CPU without AVX-512 BF16
     /// the weights are widened to f32 per op); or int8 (CPU only, needs AVX-512 VNNI: bf16, and
-    /// dense convolutions in int8 — Kokoro's decoder).
+    /// dense convolutions in int8 — Kokoro's decoder; with AMX, those under 256 channels stay on
+    /// the faster bf16 tiles).
     #[arg(long, default_value = "f32")]
     precision: String,
     /// Listen back: a whisper.cpp-compatible transcriber (host:port); requests may then set

@@ -56,7 +56,8 @@ pub struct RunArgs {
     pub device: String,
     /// Weight precision: f32; bf16 (bf16 weights, f32 accumulation; on a CPU without AVX-512 BF16
     /// the weights are widened to f32 per op); or int8 (CPU only, needs AVX-512 VNNI: bf16, and
-    /// dense convolutions in int8 — Kokoro's decoder).
+    /// dense convolutions in int8 — Kokoro's decoder; with AMX, those under 256 channels stay on
+    /// the faster bf16 tiles).
     #[arg(long, default_value = "f32")]
     pub precision: String,
 }
