@@ -1,6 +1,6 @@
 // Data movement: head split with interleaved-pair RoPE, head merge, strided row copies (feature
-// concat) and the embedding gather. CPU twins: CpuBackend::{split_heads_rope, merge_heads,
-// concat_features, embedding} in src/cpu/mod.rs.
+// concat and split) and the embedding gather. CPU twins: CpuBackend::{split_heads_rope,
+// merge_heads, concat_features, split_features, embedding} in src/cpu/mod.rs.
 
 typedef unsigned long long u64;
 

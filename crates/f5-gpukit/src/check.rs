@@ -90,9 +90,18 @@ pub(crate) fn mask_rows(rows: usize, d: usize, x: usize, keep: usize) -> Result<
 
 /// Returns the total width `Σ w_i`.
 pub(crate) fn concat_features(parts: &[(usize, usize)], rows: usize, out: usize) -> Result<usize> {
-    let op = "concat_features";
+    feature_parts("concat_features", "out", parts, rows, out)
+}
+
+/// Returns the total width `Σ w_i`.
+pub(crate) fn split_features(x: usize, rows: usize, parts: &[(usize, usize)]) -> Result<usize> {
+    feature_parts("split_features", "x", parts, rows, x)
+}
+
+/// `[rows, w_i]` parts (their lengths and widths) of a `[rows, Σ w_i]` buffer named `whole`.
+fn feature_parts(op: &'static str, whole: &str, parts: &[(usize, usize)], rows: usize, len: usize) -> Result<usize> {
     let width = parts.iter().try_fold(0usize, |acc, p| acc.checked_add(p.1)).ok_or_else(|| shape_err(op, "total width overflows"))?;
-    operand(op, "out", out, product(op, &[rows, width])?)?;
+    operand(op, whole, len, product(op, &[rows, width])?)?;
     for (i, &(have, w)) in parts.iter().enumerate() {
         operand(op, &format!("part {i}"), have, product(op, &[rows, w])?)?;
     }

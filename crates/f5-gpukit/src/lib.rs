@@ -511,6 +511,13 @@ pub trait Backend: Send + Sync {
     /// Concatenate `[rows, w_i]` parts along the feature axis into `[rows, Σ w_i]`.
     fn concat_features(&self, parts: &[(&Self::Buf, usize)], rows: usize, out: &mut Self::Buf) -> Result<()>;
 
+    /// The inverse of [`Backend::concat_features`]: `[rows, Σ w_i]` split along the feature axis
+    /// into `[rows, w_i]` parts. So one wider op can stand for several narrow ones that read
+    /// the same input (Kokoro's `conv_post`, whose log-magnitude and phase halves feed the
+    /// inverse STFT as separate activations: 22 output channels cost a CPU convolution about
+    /// what 11 do).
+    fn split_features(&self, x: &Self::Buf, rows: usize, parts: &mut [(&mut Self::Buf, usize)]) -> Result<()>;
+
     /// Gather rows of an embedding table `[vocab, dim]` by id into `[ids.len(), dim]`.
     fn embedding(&self, table: &Self::Buf, dim: usize, ids: &[u32], out: &mut Self::Buf) -> Result<()>;
 

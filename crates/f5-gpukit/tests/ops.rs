@@ -673,6 +673,37 @@ pub fn concat_features<B: Backend>(kit: &B) {
     assert_close(&take(kit, &out, rows * total, "concat"), &want, |_| 0.0, "concat_features");
 }
 
+pub fn split_features<B: Backend>(kit: &B) {
+    let mut rng = Rng::new(24);
+    let rows = 6;
+    let widths = [11usize, 11, 0, 32];
+    let total: usize = widths.iter().sum();
+    let x = rng.vec(rows * total);
+    let xb = kit.upload(&x).unwrap();
+    let mut outs: Vec<B::Buf> = widths.iter().map(|&w| guarded(kit, &vec![0.0; rows * w])).collect();
+    let mut parts: Vec<(&mut B::Buf, usize)> = outs.iter_mut().zip(widths).collect();
+    kit.split_features(&xb, rows, &mut parts).unwrap();
+    let mut at = 0;
+    for (out, &w) in outs.iter().zip(&widths) {
+        let want: Vec<f64> = (0..rows).flat_map(|r| x[r * total + at..r * total + at + w].iter().map(|&v| v as f64)).collect();
+        assert_close(&take(kit, out, rows * w, "split"), &want, |_| 0.0, "split_features");
+        at += w;
+    }
+    // The inverse of concat_features: the parts put back together are the input.
+    let refs: Vec<(&B::Buf, usize)> = outs.iter().zip(widths).collect();
+    let mut back = guarded(kit, &vec![0.0; rows * total]);
+    kit.concat_features(&refs, rows, &mut back).unwrap();
+    assert_close(&take(kit, &back, rows * total, "split, concat"), &f64s(&x), |_| 0.0, "split then concat");
+    // A part too short for its width is refused before anything is written: the first part,
+    // which has room, is left as it was too.
+    let mut first = kit.upload(&[7.0; 6 * 11]).unwrap();
+    let mut short = kit.upload(&[7.0; 6 * 10]).unwrap();
+    let err = kit.split_features(&xb, rows, &mut [(&mut first, 11), (&mut short, 43)]).unwrap_err().to_string();
+    assert!(err.contains("split_features") && err.contains("part 1"), "{err}");
+    assert_eq!(kit.download(&first).unwrap(), vec![7.0; 66]);
+    assert_eq!(kit.download(&short).unwrap(), vec![7.0; 60]);
+}
+
 pub fn embedding<B: Backend>(kit: &B) {
     let mut rng = Rng::new(15);
     let (vocab, dim) = (11, 6);
@@ -1393,6 +1424,7 @@ pub fn refuses_short_buffers<B: Backend>(kit: &B) {
         kit.axpy(1.0, &small, &mut out, 9).err(),
         kit.mask_rows(&mut out, 3, 3, &small).err(),
         kit.concat_features(&[(&small, 3)], 3, &mut out).err(),
+        kit.split_features(&small, 3, &mut [(&mut out, 3)]).err(),
         kit.polar_spectrum(&small, 1, 5, 100.0, &mut out, &mut out2).err(),
         kit.write(&mut out, 7, &[1.0, 2.0]).err(),
         kit.copy(&small, 4, &mut out, 0, 5).err(),
@@ -1426,7 +1458,7 @@ macro_rules! backend_suite {
                 }
             }
             backend_suite!(@tests gemm, layer_norm, adaln_modulate, gated_add, grn, split_heads_rope,
-                merge_heads, conv1d, activations, cfg_combine, axpy, mask_rows, concat_features, embedding,
+                merge_heads, conv1d, activations, cfg_combine, axpy, mask_rows, concat_features, split_features, embedding,
                 polar_spectrum, conv_transpose1d, lstm, instance_norm, instance_norm_snake, instance_norm_snake_conv1d, snake, upsample_nearest, interpolate_linear,
                 pad1d, cumsum, stft, istft, on_host_threads, buffers, refuses_short_buffers);
         }

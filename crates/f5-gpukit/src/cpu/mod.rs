@@ -783,6 +783,24 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn split_features(&self, x: &Vec<f32>, rows: usize, parts: &mut [(&mut Vec<f32>, usize)]) -> Result<()> {
+        let lens: Vec<(usize, usize)> = parts.iter().map(|(p, w)| (p.len(), *w)).collect();
+        let width = check::split_features(x.len(), rows, &lens)?;
+        let mut at = 0;
+        for (part, w) in parts.iter_mut() {
+            let w = *w;
+            if w > 0 {
+                self.run(|| {
+                    part[..rows * w].par_chunks_mut(w).zip(x[..rows * width].par_chunks(width)).for_each(|(dst, row)| {
+                        dst.copy_from_slice(&row[at..at + w]);
+                    })
+                });
+            }
+            at += w;
+        }
+        Ok(())
+    }
+
     fn embedding(&self, table: &Vec<f32>, dim: usize, ids: &[u32], out: &mut Vec<f32>) -> Result<()> {
         check::embedding(table.len(), dim, ids, out.len())?;
         for (r, &id) in ids.iter().enumerate() {

@@ -810,6 +810,17 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    fn split_features(&self, x: &CudaBuf, rows: usize, parts: &mut [(&mut CudaBuf, usize)]) -> Result<()> {
+        let lens: Vec<(usize, usize)> = parts.iter().map(|(p, w)| (p.len, *w)).collect();
+        let width = check::split_features(x.len, rows, &lens)?;
+        let mut at = 0;
+        for (p, w) in parts.iter_mut() {
+            self.k().copy_rows(each(rows * *w), self.at(x, at), u(width), self.at(p, 0), u(*w), u(rows), u(*w))?;
+            at += *w;
+        }
+        Ok(())
+    }
+
     fn embedding(&self, table: &CudaBuf, dim: usize, ids: &[u32], out: &mut CudaBuf) -> Result<()> {
         check::embedding(table.len, dim, ids, out.len)?;
         if ids.is_empty() || dim == 0 {

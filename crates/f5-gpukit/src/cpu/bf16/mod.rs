@@ -1055,6 +1055,12 @@ impl Backend for CpuBf16Backend {
         self.f32.concat_features(&parts, rows, out.f32_mut(op)?)
     }
 
+    fn split_features(&self, x: &CpuBuf, rows: usize, parts: &mut [(&mut CpuBuf, usize)]) -> Result<()> {
+        let op = "split_features";
+        let mut parts = parts.iter_mut().map(|(p, w)| Ok((p.f32_mut(op)?, *w))).collect::<Result<Vec<_>>>()?;
+        self.f32.split_features(x.f32(op)?, rows, &mut parts)
+    }
+
     fn embedding(&self, table: &CpuBuf, dim: usize, ids: &[u32], out: &mut CpuBuf) -> Result<()> {
         let op = "embedding";
         self.f32.embedding(table.f32(op)?, dim, ids, out.f32_mut(op)?)
