@@ -675,7 +675,8 @@ pub fn concat_features<B: Backend>(kit: &B) {
 
 pub fn split_features<B: Backend>(kit: &B) {
     let mut rng = Rng::new(24);
-    let rows = 6;
+    // Rows past two of the CPU's 2,048-row blocks, the last one partial.
+    let rows = 4_100;
     let widths = [11usize, 11, 0, 32];
     let total: usize = widths.iter().sum();
     let x = rng.vec(rows * total);
@@ -696,12 +697,12 @@ pub fn split_features<B: Backend>(kit: &B) {
     assert_close(&take(kit, &back, rows * total, "split, concat"), &f64s(&x), |_| 0.0, "split then concat");
     // A part too short for its width is refused before anything is written: the first part,
     // which has room, is left as it was too.
-    let mut first = kit.upload(&[7.0; 6 * 11]).unwrap();
-    let mut short = kit.upload(&[7.0; 6 * 10]).unwrap();
+    let mut first = kit.upload(&vec![7.0; rows * 11]).unwrap();
+    let mut short = kit.upload(&vec![7.0; rows * 10]).unwrap();
     let err = kit.split_features(&xb, rows, &mut [(&mut first, 11), (&mut short, 43)]).unwrap_err().to_string();
     assert!(err.contains("split_features") && err.contains("part 1"), "{err}");
-    assert_eq!(kit.download(&first).unwrap(), vec![7.0; 66]);
-    assert_eq!(kit.download(&short).unwrap(), vec![7.0; 60]);
+    assert_eq!(kit.download(&first).unwrap(), vec![7.0; rows * 11]);
+    assert_eq!(kit.download(&short).unwrap(), vec![7.0; rows * 10]);
 }
 
 pub fn embedding<B: Backend>(kit: &B) {

@@ -113,8 +113,6 @@ struct Generator<B: Backend> {
     kernels: usize,
     /// `conv_post`: `[n, 128]` → `[n, n_fft + 2]`, log-magnitudes then phases.
     conv_post: Conv1d<B>,
-    /// The inverse STFT's bins (`n_fft / 2 + 1`): the log-magnitude half of `conv_post`'s rows.
-    bins: usize,
     n_fft: usize,
     hop: usize,
 }
@@ -139,7 +137,6 @@ impl<B: Backend> Generator<B> {
             resblocks: vec![],
             kernels: s.resblock_kernel_sizes.len(),
             conv_post: Conv1d { weight: kit.alloc(0)?, bias: None, spec: Conv1dSpec::new(1, 0, 1, 1, 1) },
-            bins: 0,
             n_fft: s.gen_istft_n_fft,
             hop: s.gen_istft_hop_size,
         };
@@ -172,8 +169,6 @@ impl<B: Backend> Generator<B> {
         // conv_post computes in f32 (its log-magnitudes go through exp) as one convolution; its
         // rows are split into the log-magnitude and phase halves afterwards (`post`).
         g.conv_post = Conv1d::load(w, kit, "conv_post", Conv1dSpec::new(1, 0, ch, spec_ch, 7).pad(3), true)?;
-        // n_fft is even (the config checks it), so the halves are `bins` channels each.
-        g.bins = s.gen_istft_n_fft / 2 + 1;
         Ok(g)
     }
 
@@ -189,12 +184,12 @@ impl<B: Backend> Generator<B> {
         spectrum: Option<&SourceSpectrum>,
         trace: &mut Trace<'_>,
     ) -> Result<Vec<f32>> {
-        let (har, frames, _) = match spectrum {
+        let (har, frames, bins) = match spectrum {
             Some(s) => self.given_spectrum(kit, s, f0.len())?,
             None => self.source_spectrum(kit, f0, rng, trace)?,
         };
         self.stages(kit, &mut x, &mut n, &har, frames, style, trace)?;
-        self.post(kit, x, n, trace)
+        self.post(kit, x, n, bins, trace)
     }
 
     /// The excitation's spectrum `[frames, 2·bins]` (magnitudes, then phases) as an outside
@@ -336,8 +331,10 @@ impl<B: Backend> Generator<B> {
     /// Kokoro) they cost twice what one of 22 does on the CPU (22 ms each against 22.5 ms over
     /// the long input's 156,000 rows, 2 threads), since a convolution tile's panel is 32
     /// channels wide either way.
-    fn post(&self, kit: &B, mut x: B::Buf, n: usize, trace: &mut Trace<'_>) -> Result<Vec<f32>> {
-        let (c, width, bins) = (self.conv_post.spec.c_in, self.conv_post.spec.c_out, self.bins);
+    /// `bins` is the STFT's (`n_fft / 2 + 1`); `n_fft` is even (the config checks it), so the
+    /// convolution's `n_fft + 2` channels halve into `bins` each.
+    fn post(&self, kit: &B, mut x: B::Buf, n: usize, bins: usize, trace: &mut Trace<'_>) -> Result<Vec<f32>> {
+        let (c, width) = (self.conv_post.spec.c_in, self.conv_post.spec.c_out);
         kit.activation(Activation::LeakyRelu(POST_SLOPE), &mut x, n * c)?;
         trace.emit(kit, "gen_conv_post_in", &x)?;
         let mut out = buffer(kit, n, width)?;

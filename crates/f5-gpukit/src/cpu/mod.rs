@@ -786,18 +786,30 @@ impl Backend for CpuBackend {
     fn split_features(&self, x: &Vec<f32>, rows: usize, parts: &mut [(&mut Vec<f32>, usize)]) -> Result<()> {
         let lens: Vec<(usize, usize)> = parts.iter().map(|(p, w)| (p.len(), *w)).collect();
         let width = check::split_features(x.len(), rows, &lens)?;
+        // One pass over the input's rows, a block of rows per task writing its rows of every
+        // part: each part's block of rows (its column offset and width alongside).
+        const ROWS: usize = 2048;
+        let mut blocks: Vec<Vec<(usize, usize, &mut [f32])>> = (0..rows.div_ceil(ROWS)).map(|_| Vec::new()).collect();
         let mut at = 0;
         for (part, w) in parts.iter_mut() {
             let w = *w;
             if w > 0 {
-                self.run(|| {
-                    part[..rows * w].par_chunks_mut(w).zip(x[..rows * width].par_chunks(width)).for_each(|(dst, row)| {
-                        dst.copy_from_slice(&row[at..at + w]);
-                    })
-                });
+                for (block, rows_of_part) in blocks.iter_mut().zip(part[..rows * w].chunks_mut(ROWS * w)) {
+                    block.push((at, w, rows_of_part));
+                }
             }
             at += w;
         }
+        self.run(|| {
+            blocks.into_par_iter().enumerate().for_each(|(b, block)| {
+                let x_rows = &x[b * ROWS * width..((b + 1) * ROWS).min(rows) * width];
+                for (at, w, dst) in block {
+                    for (d, row) in dst.chunks_exact_mut(w).zip(x_rows.chunks_exact(width)) {
+                        d.copy_from_slice(&row[at..at + w]);
+                    }
+                }
+            })
+        });
         Ok(())
     }
 

@@ -468,8 +468,9 @@ impl CpuBf16Backend {
     /// shape and the AMX bf16 tiles do not beat it. Those accumulate every tap in the tiles,
     /// while the int8 tiles must leave them once per tap to apply each input row's step (see
     /// `conv_int8_amx`); with 128 input channels that pass costs as much as the products, and
-    /// the bf16 tiles ran 1.2–1.35× faster on every Kokoro shape (`conv_time`, a Xeon with
-    /// AMX), with 2.5× less error. From 256 channels on the int8 tiles are as fast or faster.
+    /// the bf16 tiles ran 1.1–1.4× faster (mostly 1.2–1.3×) on every Kokoro shape (`conv_time`,
+    /// a Xeon with AMX), with 2.5× less error. From 256 channels on the int8 tiles are as fast
+    /// or faster.
     fn int8_kernel(&self, spec: &Conv1dSpec) -> Option<Avx512Vnni> {
         let bf16_tiles_win = self.amx_bf16.is_some() && conv_int8_amx::fits(spec) && spec.c_in < self.int8_tiles_from_channels;
         self.int8.filter(|vnni| conv_int8::supports(spec) && !(vnni.amx() && bf16_tiles_win))
