@@ -340,10 +340,13 @@ fn conv_block(
             row_steps[hi - lo] = 0.0;
             let xq = &*xq;
             with_scratch_usize(tiles * kernel * MR, |offsets| {
-                tap_offsets(spec, t0, rows, MR, lo, row_len, zero_row, offsets);
+                // Row indices first (the zero row's is `hi − lo`), each then giving its step
+                // and, scaled, its offset: no division per entry.
+                tap_offsets(spec, t0, rows, MR, lo, 1, hi - lo, offsets);
                 with_scratch(tiles * kernel * MR, |steps| {
-                    for (s, &o) in steps.iter_mut().zip(offsets.iter()) {
-                        *s = row_steps[o / row_len];
+                    for (s, o) in steps.iter_mut().zip(offsets.iter_mut()) {
+                        *s = row_steps[*o];
+                        *o *= row_len;
                     }
                     let (offsets, steps) = (&*offsets, &*steps);
                     let panel_len = kernel * quads * NR;
