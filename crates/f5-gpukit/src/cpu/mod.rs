@@ -190,7 +190,7 @@ impl CpuBackend {
         let InstanceNormSpec { batch, n, c, .. } = *norm;
         self.run(|| {
             let items: Vec<seq::RowNorm<'_>> = (0..batch)
-                .map(|b| seq::RowNorm::of(norm, b, &x[b * n * c..(b + 1) * n * c], affine, style, Some((alpha, simd::snake_row))))
+                .map(|b| seq::RowNorm::of(norm, b, &x[b * n * c..(b + 1) * n * c], affine, style, Some((alpha, seq::SnakeSine::Exact))))
                 .collect();
             let prep = |b: usize, row: &[f32], out: &mut [f32]| items[b].row(row, out);
             conv::conv1d_fft_around(conv, x, weight, bias, y, conv::Around { prep: Some(&prep), accumulate: true })
@@ -637,7 +637,7 @@ impl Backend for CpuBackend {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let affine = affine.map(|(w, b)| (w.as_slice(), b.as_slice()));
-        self.instance_norm_on(spec, x, affine, style.map(|s| s.as_slice()), Some((alpha, simd::snake_row)), out)
+        self.instance_norm_on(spec, x, affine, style.map(|s| s.as_slice()), Some((alpha, seq::SnakeSine::Exact)), out)
     }
 
     /// Where the convolution takes the FFT path, fused: each row a tile gathers is normalised

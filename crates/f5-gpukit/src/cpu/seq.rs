@@ -137,10 +137,26 @@ impl KnownStats {
 }
 
 /// A Snake to apply to each row as it is written: `(α, the row function)`.
-pub type SnakeAfter<'a> = (&'a [f32], SnakeRow);
+pub type SnakeAfter<'a> = (&'a [f32], SnakeSine);
 
-/// One row of Snake: `(row, α, 1/α)`.
-pub type SnakeRow = fn(&mut [f32], &[f32], &[f32]);
+/// Which Snake a norm's rows go through: the sine [`simd::snake_row`] takes (the f32
+/// backend's, to 2 ulp) or the f32-arithmetic `sin²` of [`simd::snake_row_f32`] (the
+/// reduced-precision backends').
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnakeSine {
+    Exact,
+    F32,
+}
+
+impl SnakeSine {
+    /// Snake in place on one row: `(row, α, 1/α)`.
+    pub(crate) fn row(self, x: &mut [f32], alpha: &[f32], inv_alpha: &[f32]) {
+        match self {
+            SnakeSine::Exact => simd::snake_row(x, alpha, inv_alpha),
+            SnakeSine::F32 => simd::snake_row_f32(x, alpha, inv_alpha),
+        }
+    }
+}
 
 /// Instance norm with AdaIN's style (`Backend::instance_norm`), each output row then passed
 /// through `snake` when given, while it is in cache (the same values as a separate Snake pass).
@@ -182,8 +198,8 @@ pub(crate) struct RowNorm<'a> {
     mean: Vec<f32>,
     scale: Vec<f32>,
     shift: Vec<f32>,
-    /// `(α, 1/α, the Snake row function)`.
-    snake: Option<(&'a [f32], Vec<f32>, SnakeRow)>,
+    /// `(α, 1/α, which Snake)`.
+    snake: Option<(&'a [f32], Vec<f32>, SnakeSine)>,
 }
 
 impl<'a> RowNorm<'a> {
@@ -230,26 +246,33 @@ impl<'a> RowNorm<'a> {
 
     /// The normalised (and snaked) row `out` of the input row `x` (`c` values each).
     pub(crate) fn row(&self, x: &[f32], out: &mut [f32]) {
-        simd::normalize_row(out, x, &self.mean, &self.scale, &self.shift);
-        if let Some((alpha, inv_alpha, row)) = &self.snake {
-            row(out, alpha, inv_alpha);
+        match &self.snake {
+            // One pass over the row instead of three (normalise, check the range, Snake).
+            Some((alpha, inv_alpha, SnakeSine::F32)) => {
+                simd::normalize_snake_row_f32(out, x, (&self.mean, &self.scale, &self.shift), alpha, inv_alpha)
+            }
+            Some((alpha, inv_alpha, sine)) => {
+                simd::normalize_row(out, x, &self.mean, &self.scale, &self.shift);
+                sine.row(out, alpha, inv_alpha);
+            }
+            None => simd::normalize_row(out, x, &self.mean, &self.scale, &self.shift),
         }
     }
 }
 
 pub fn snake(x: &mut [f32], c: usize, alpha: &[f32]) {
-    snake_rows(x, c, alpha, simd::snake_row);
+    snake_rows(x, c, alpha, SnakeSine::Exact);
 }
 
 /// [`snake`] with `sin²` in f32 arithmetic ([`simd::snake_row_f32`]): for the reduced-precision
 /// backends.
 pub fn snake_f32_sin(x: &mut [f32], c: usize, alpha: &[f32]) {
-    snake_rows(x, c, alpha, simd::snake_row_f32);
+    snake_rows(x, c, alpha, SnakeSine::F32);
 }
 
 /// Snake over channels-last rows of `c`, 16 rows a task, each row by `row` with `1/α` computed
 /// once here.
-fn snake_rows(x: &mut [f32], c: usize, alpha: &[f32], row_fn: fn(&mut [f32], &[f32], &[f32])) {
+fn snake_rows(x: &mut [f32], c: usize, alpha: &[f32], sine: SnakeSine) {
     if c == 0 {
         return;
     }
@@ -257,7 +280,7 @@ fn snake_rows(x: &mut [f32], c: usize, alpha: &[f32], row_fn: fn(&mut [f32], &[f
     let inv_alpha: Vec<f32> = alpha.iter().map(|&a| 1.0 / a).collect();
     x.par_chunks_mut(c * 16).for_each(|rows| {
         for row in rows.chunks_mut(c) {
-            row_fn(row, alpha, &inv_alpha);
+            sine.row(row, alpha, &inv_alpha);
         }
     });
 }

@@ -551,7 +551,7 @@ impl CpuBf16Backend {
         }
         let item = |b: usize| {
             let xb = &xv[b * n * c..(b + 1) * n * c];
-            let snake: Option<crate::cpu::seq::SnakeAfter<'_>> = Some((alpha, crate::cpu::simd::snake_row_f32));
+            let snake: Option<crate::cpu::seq::SnakeAfter<'_>> = Some((alpha, crate::cpu::seq::SnakeSine::F32));
             let rows = match x.known_stats(norm, b) {
                 Some(stats) => RowNorm::from_stats(norm, b, stats, affine, style, snake),
                 None => RowNorm::of(norm, b, xb, affine, style, snake),
@@ -1150,7 +1150,7 @@ impl Backend for CpuBf16Backend {
         let op = "instance_norm_snake";
         let (affine, style) = norm_operands(op, affine, style)?;
         let (x, alpha) = (x.f32(op)?, alpha.f32(op)?);
-        self.f32.instance_norm_on(spec, x, affine, style, Some((alpha, crate::cpu::simd::snake_row_f32)), out.f32_mut(op)?)
+        self.f32.instance_norm_on(spec, x, affine, style, Some((alpha, crate::cpu::seq::SnakeSine::F32)), out.f32_mut(op)?)
     }
 
     /// With int8 filters on the int8 mode or bf16 filters on the bf16 kernel (the generator's
