@@ -251,9 +251,8 @@ impl<'a> RowNorm<'a> {
             Some((alpha, inv_alpha, SnakeSine::F32)) => {
                 simd::normalize_snake_row_f32(out, x, (&self.mean, &self.scale, &self.shift), alpha, inv_alpha)
             }
-            Some((alpha, inv_alpha, sine)) => {
-                simd::normalize_row(out, x, &self.mean, &self.scale, &self.shift);
-                sine.row(out, alpha, inv_alpha);
+            Some((alpha, inv_alpha, SnakeSine::Exact)) => {
+                simd::normalize_snake_row(out, x, (&self.mean, &self.scale, &self.shift), alpha, inv_alpha)
             }
             None => simd::normalize_row(out, x, &self.mean, &self.scale, &self.shift),
         }

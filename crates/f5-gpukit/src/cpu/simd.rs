@@ -775,27 +775,58 @@ dispatch! {
     }
 }
 
+/// `out = snake(norm(x))` in one pass over the row while every `|α·v|` is below `limit`
+/// (`sin2` the Snake's `sin²` there), with the operations and order of [`normalize_row`] then
+/// the Snake row function, so the same bits; `false` (the row left half-written) where an
+/// argument is past `limit` or NaN, for the caller to run the two passes instead. Three passes
+/// over each row (normalise, check the range, Snake) were ~11 % of a long int8 Kokoro forward
+/// on a Xeon with AMX.
+#[inline(always)]
+fn normalize_snake_in_range(
+    out: &mut [f32],
+    x: &[f32],
+    (mean, scale, shift): (&[f32], &[f32], &[f32]),
+    (alpha, inv_alpha): (&[f32], &[f32]),
+    limit: f32,
+    sin2: impl Fn(f32) -> f32,
+) -> bool {
+    let c = out.len().min(x.len()).min(mean.len()).min(scale.len()).min(shift.len()).min(alpha.len()).min(inv_alpha.len());
+    let (out, x, mean, scale, shift, alpha, inv_alpha) =
+        (&mut out[..c], &x[..c], &mean[..c], &scale[..c], &shift[..c], &alpha[..c], &inv_alpha[..c]);
+    let mut below = true;
+    for i in 0..c {
+        let v = (x[i] - mean[i]) * scale[i] + shift[i];
+        let t = alpha[i] * v;
+        below &= t.abs() < limit;
+        out[i] = v + inv_alpha[i] * sin2(t);
+    }
+    below
+}
+
 dispatch! {
     /// [`normalize_row`] (`norm = (mean, scale, shift)`) then [`snake_row_f32`], in one pass
-    /// while every `|α·v|` stays below [`SIN2_F32_LIMIT`] (the same operations in the same
-    /// order, so the same bits); a row past it (or with a NaN) is done again by the two
-    /// functions. The int8 and bf16 convolutions' fused AdaIN + Snake runs this on every row
-    /// they read: three passes over the row (normalise, check the range, Snake) were ~11 % of
-    /// a long int8 Kokoro forward on a Xeon with AMX.
+    /// below [`SIN2_F32_LIMIT`] ([`normalize_snake_in_range`]): the reduced-precision
+    /// backends' fused AdaIN + Snake, on every row their convolutions read.
     pub fn normalize_snake_row_f32(out: &mut [f32], x: &[f32], norm: (&[f32], &[f32], &[f32]), alpha: &[f32], inv_alpha: &[f32]) {
-        let (mean, scale, shift) = norm;
-        let c = out.len().min(x.len()).min(mean.len()).min(scale.len()).min(shift.len()).min(alpha.len()).min(inv_alpha.len());
-        let (out, x, mean, scale, shift, alpha, inv_alpha) = (&mut out[..c], &x[..c], &mean[..c], &scale[..c], &shift[..c], &alpha[..c], &inv_alpha[..c]);
-        let mut below = true;
-        for i in 0..c {
-            let v = (x[i] - mean[i]) * scale[i] + shift[i];
-            let t = alpha[i] * v;
-            below &= t.abs() < SIN2_F32_LIMIT;
-            out[i] = v + inv_alpha[i] * sin2_f32(t);
-        }
-        if !below {
-            normalize_row(out, x, mean, scale, shift);
+        if !normalize_snake_in_range(out, x, norm, (alpha, inv_alpha), SIN2_F32_LIMIT, sin2_f32) {
+            normalize_row(out, x, norm.0, norm.1, norm.2);
             snake_row_f32(out, alpha, inv_alpha);
+        }
+    }
+}
+
+dispatch! {
+    /// [`normalize_row`] then [`snake_row`], in one pass below [`SIN_F32_ARITH_LIMIT`]
+    /// ([`normalize_snake_in_range`] with [`sin_f32_arith`]): the f32 backend's fused AdaIN +
+    /// Snake, on every row its FFT convolution reads.
+    pub fn normalize_snake_row(out: &mut [f32], x: &[f32], norm: (&[f32], &[f32], &[f32]), alpha: &[f32], inv_alpha: &[f32]) {
+        let sin2 = |t: f32| {
+            let s = sin_f32_arith(t);
+            s * s
+        };
+        if !normalize_snake_in_range(out, x, norm, (alpha, inv_alpha), SIN_F32_ARITH_LIMIT, sin2) {
+            normalize_row(out, x, norm.0, norm.1, norm.2);
+            snake_row(out, alpha, inv_alpha);
         }
     }
 }
@@ -1503,10 +1534,11 @@ mod tests {
         }
     }
 
-    /// The one-pass norm + Snake gives the two passes' bits: rows of 37 channels (vector body
-    /// and tail), in range, with one argument past the sin² limit, and with a NaN.
+    /// The one-pass norm + Snake gives the two passes' bits, for both Snakes: rows of 37
+    /// channels (vector body and tail), in range, with one argument past both sines' fast
+    /// limits, and with a NaN.
     #[test]
-    fn normalize_snake_row_f32_is_normalize_then_snake_bit_for_bit() {
+    fn normalize_snake_rows_are_normalize_then_snake_bit_for_bit() {
         let c = 37;
         let at = |i: usize, s: f32| (i as f32 * 0.37 + s).sin() * 3.0;
         let mean: Vec<f32> = (0..c).map(|i| at(i, 1.0)).collect();
@@ -1527,6 +1559,11 @@ mod tests {
             normalize_snake_row_f32(&mut got, &x, (&mean, &scale, &shift), &alpha, &inv);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "input {x:?}");
+            // The f32 backend's Snake, its sine to 2 ulp: the same from its one pass.
+            normalize_row(&mut want, &x, &mean, &scale, &shift);
+            snake_row(&mut want, &alpha, &inv);
+            normalize_snake_row(&mut got, &x, (&mean, &scale, &shift), &alpha, &inv);
+            assert_eq!(bits(&got), bits(&want), "input {x:?}, exact sine");
         }
     }
 
