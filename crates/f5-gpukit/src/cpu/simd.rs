@@ -651,6 +651,14 @@ fn all_below(x: &[f32], alpha: &[f32], limit: f32) -> bool {
     below
 }
 
+/// `sin²(t)` as the f32 backend's Snake forms it: [`sin_f32_arith`] squared (below
+/// [`SIN_F32_ARITH_LIMIT`]).
+#[inline(always)]
+fn sin2_f32_arith(t: f32) -> f32 {
+    let s = sin_f32_arith(t);
+    s * s
+}
+
 /// Past this magnitude [`sin2_f32`]'s reduction by π is no longer exact (`k·PI_B` needs
 /// |k| < 2^13); rows with a larger argument take [`snake_row`]'s path instead.
 pub const SIN2_F32_LIMIT: f32 = 16_384.0;
@@ -699,8 +707,7 @@ dispatch! {
     pub fn snake_row(x: &mut [f32], alpha: &[f32], inv_alpha: &[f32]) {
         if all_below(x, alpha, SIN_F32_ARITH_LIMIT) {
             for ((v, &a), &ia) in x.iter_mut().zip(alpha).zip(inv_alpha) {
-                let s = sin_f32_arith(a * *v);
-                *v += ia * (s * s);
+                *v += ia * sin2_f32_arith(a * *v);
             }
         } else if all_below(x, alpha, SIN_FAST_LIMIT) {
             for ((v, &a), &ia) in x.iter_mut().zip(alpha).zip(inv_alpha) {
@@ -820,11 +827,7 @@ dispatch! {
     /// ([`normalize_snake_in_range`] with [`sin_f32_arith`]): the f32 backend's fused AdaIN +
     /// Snake, on every row its FFT convolution reads.
     pub fn normalize_snake_row(out: &mut [f32], x: &[f32], norm: (&[f32], &[f32], &[f32]), alpha: &[f32], inv_alpha: &[f32]) {
-        let sin2 = |t: f32| {
-            let s = sin_f32_arith(t);
-            s * s
-        };
-        if !normalize_snake_in_range(out, x, norm, (alpha, inv_alpha), SIN_F32_ARITH_LIMIT, sin2) {
+        if !normalize_snake_in_range(out, x, norm, (alpha, inv_alpha), SIN_F32_ARITH_LIMIT, sin2_f32_arith) {
             normalize_row(out, x, norm.0, norm.1, norm.2);
             snake_row(out, alpha, inv_alpha);
         }
