@@ -52,9 +52,26 @@ impl DType {
     }
 
     /// Converts a packed little-endian run of elements.
+    ///
+    /// One loop per type, so that the type is matched once per run rather than per element:
+    /// the compiler then turns the common runs (f32, f16, bf16) into vector code. Kokoro's f32
+    /// checkpoint (82 M weights) took ~0.27 s of CPU time through a match per element, a fifth
+    /// of a short `f5 synth` command's, and takes ~0.04 s this way, most of it reading the
+    /// mapped file's pages.
     pub(crate) fn slice_to_f32(self, bytes: &[u8], out: &mut Vec<f32>) {
-        let size = self.size_bytes();
-        out.extend(bytes.chunks_exact(size).map(|element| self.element_to_f32(element)));
+        fn run<const N: usize>(bytes: &[u8], out: &mut Vec<f32>, convert: impl Fn([u8; N]) -> f32) {
+            let (elements, _) = bytes.as_chunks::<N>();
+            out.extend(elements.iter().map(|&element| convert(element)));
+        }
+        match self {
+            DType::F32 => run(bytes, out, f32::from_le_bytes),
+            DType::F16 => run(bytes, out, |b| half::f16::from_le_bytes(b).to_f32()),
+            DType::BF16 => run(bytes, out, |b| half::bf16::from_le_bytes(b).to_f32()),
+            _ => {
+                let size = self.size_bytes();
+                out.extend(bytes.chunks_exact(size).map(|element| self.element_to_f32(element)));
+            }
+        }
     }
 }
 
