@@ -184,6 +184,25 @@ fn violations(got: &[f32], want: &[f64], bound: &[f64]) -> usize {
     got.iter().zip(want).zip(bound).filter(|((&g, &w), &b)| (g as f64 - w).abs() > b).count()
 }
 
+/// The scalar quantisation (filters at upload, the reference) rounds as `round_ties_even` and
+/// clamps to ±127, NaN to −127: on every tie up to the clamp, on values just either side of
+/// them, past the clamp and on the non-finite values. A plain `round` (ties away from zero)
+/// fails the ties at ±0.5, ±2.5, …
+#[test]
+fn scalar_quantisation_rounds_half_to_even_and_clamps() {
+    let want = |y: f32| if y.is_nan() { -127 } else { y.round_ties_even().clamp(-127.0, 127.0) as i32 };
+    let mut values = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN, 1e30, -1e30, 0.0, -0.0];
+    for half in -300..=300 {
+        let tie = half as f32 * 0.5;
+        values.extend([tie, tie.next_up(), tie.next_down()]);
+    }
+    for &y in &values {
+        assert_eq!(super::quantize(y, 1.0), want(y), "quantize({y:e})");
+    }
+    let ties_away = |y: f32| y.round().clamp(-127.0, 127.0) as i32;
+    assert!(values.iter().filter(|y| y.is_finite()).any(|&y| ties_away(y) != want(y)), "the ties are not exercised");
+}
+
 #[test]
 fn kernel_matches_the_exact_reference_bit_for_bit_on_any_thread_count() {
     let Some(cpu) = kernel_available("int8 conv1d vs exact reference") else { return };
