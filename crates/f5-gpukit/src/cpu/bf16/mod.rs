@@ -706,6 +706,11 @@ fn narrow_int8_on_bf16_tiles() -> bool {
     *ON.get_or_init(|| !std::env::var("F5_CPU_INT8_ON_BF16_TILES").is_ok_and(|v| v == "off" || v == "0"))
 }
 
+/// The smallest magnitude f16 rounds to infinity: halfway from its largest finite value,
+/// 65504, to 2¹⁶, a tie that rounds to the even 2¹⁶. Compared directly (the conversion per
+/// value, to test the range, took ~25 ms of Kokoro's load).
+const F16_OVERFLOW: f32 = 65520.0;
+
 /// Rows from which a bf16 `Linear` GEMM runs on the AMX tiles (`linear_amx::linear_bf16`)
 /// rather than the AVX-512 BF16 kernel: one 16-row A tile. Below that the tiles would multiply
 /// mostly zero rows, and the weight's per-call packing is not repaid.
@@ -765,7 +770,7 @@ impl Backend for CpuBf16Backend {
     /// Stored as IEEE f16 (round to nearest even) where every value is within f16's range, else
     /// as f32: widened to f32 by each op that reads it.
     fn upload_weight_compact(&self, data: &[f32]) -> Result<CpuBuf> {
-        if data.iter().any(|x| x.is_finite() && f16::from_f32(*x).is_infinite()) {
+        if data.iter().any(|x| x.is_finite() && x.abs() >= F16_OVERFLOW) {
             return self.upload(data);
         }
         let mut v = Vec::new();

@@ -458,6 +458,15 @@ fn compact_weights_are_stored_as_f16_and_compute_in_f32() {
     let big = kit.upload_weight_compact(&[1.0e5, 0.1]).unwrap();
     assert!(!big.is_f16());
     assert_eq!(kit.download(&big).unwrap(), vec![1.0e5, 0.1]);
+    // The boundary is where f16 rounds to infinity: just below it the weight is f16, from it
+    // (either sign) f32; infinities and NaNs are carried by f16 as they are.
+    let edge = 65520.0f32;
+    assert!(half::f16::from_f32(edge).is_infinite() && half::f16::from_f32(edge.next_down()).is_finite());
+    for (value, in_f16) in
+        [(edge.next_down(), true), (-edge.next_down(), true), (edge, false), (-edge, false), (f32::INFINITY, true), (f32::NAN, true)]
+    {
+        assert_eq!(kit.upload_weight_compact(&[value, 0.1]).unwrap().is_f16(), in_f16, "{value}");
+    }
 }
 
 /// Where the bf16 dot products are off, every op with a bf16 weight is the f32 backend's op on
