@@ -158,8 +158,10 @@ pub fn split_sentences(graphemes: &str) -> Vec<String> {
 /// Streaming's first piece is at least this many phonemes (about half a second of speech): a
 /// shorter one ("Hi.", "Well,") would be spoken as a clipped fragment of its own.
 pub const FIRST_PIECE_MIN_PHONEMES: usize = 16;
-/// A first sentence longer than this (about two seconds of speech, a second of forward on two
-/// cores) is cut at its first clause mark, so the first audio does not wait for all of it.
+/// A first sentence longer than this (about four seconds of speech: a sentence of 45 phonemes
+/// is 3 s of Kokoro's audio, whose forward took 0.15–0.45 s on two cores of the machines in
+/// docs/benchmarks.md) is cut at its first clause mark, so the first audio does not wait for
+/// all of it.
 pub const FIRST_SENTENCE_MAX_PHONEMES: usize = 60;
 
 /// Sentence ends and clause marks as the chunker's waterfall knows them.
