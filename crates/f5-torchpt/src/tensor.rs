@@ -39,8 +39,8 @@ impl DType {
         }
         match self {
             DType::F32 => f32::from_le_bytes(arr(bytes)),
-            DType::F16 => half::f16::from_le_bytes(arr(bytes)).to_f32(),
-            DType::BF16 => half::bf16::from_le_bytes(arr(bytes)).to_f32(),
+            DType::F16 => f16_le(arr(bytes)),
+            DType::BF16 => bf16_le(arr(bytes)),
             DType::F64 => f64::from_le_bytes(arr(bytes)) as f32,
             DType::I64 => i64::from_le_bytes(arr(bytes)) as f32,
             DType::I32 => i32::from_le_bytes(arr(bytes)) as f32,
@@ -65,14 +65,24 @@ impl DType {
         }
         match self {
             DType::F32 => run(bytes, out, f32::from_le_bytes),
-            DType::F16 => run(bytes, out, |b| half::f16::from_le_bytes(b).to_f32()),
-            DType::BF16 => run(bytes, out, |b| half::bf16::from_le_bytes(b).to_f32()),
+            DType::F16 => run(bytes, out, f16_le),
+            DType::BF16 => run(bytes, out, bf16_le),
             _ => {
                 let size = self.size_bytes();
                 out.extend(bytes.chunks_exact(size).map(|element| self.element_to_f32(element)));
             }
         }
     }
+}
+
+/// A little-endian IEEE half as f32 (exact).
+fn f16_le(bytes: [u8; 2]) -> f32 {
+    half::f16::from_le_bytes(bytes).to_f32()
+}
+
+/// A little-endian bfloat16 as f32 (exact).
+fn bf16_le(bytes: [u8; 2]) -> f32 {
+    half::bf16::from_le_bytes(bytes).to_f32()
 }
 
 /// A non-tensor leaf of a torch checkpoint (`step`, `update`, hyper-parameters, …).
