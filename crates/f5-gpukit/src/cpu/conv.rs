@@ -9,7 +9,7 @@
 //! 1`) on a CPU with AVX-512 F skip the im2col: `direct` sums each register tile of the output
 //! over all taps straight from the input rows, which measured faster on every Kokoro shape
 //! (the im2col writes each input row K times, then the GEMM packs it again; the im2col path
-//! remains for grouped convolutions and AVX2-only CPUs). Dense transposed convolutions on
+//! remains for grouped convolutions and, past the few-row sizes below, AVX2-only CPUs). Dense transposed convolutions on
 //! AVX-512 F run as one such direct convolution per output phase (`o + pad ≡ r mod stride`);
 //! grouped ones, and dense ones elsewhere, are one GEMM into a column matrix (every input row
 //! times every tap), after which each output row gathers the taps that land on it.
@@ -21,9 +21,10 @@
 //! kernel once that one is at the FMA roof. Dense stride-1 3-tap ones (≥ 32 channels each way,
 //! at most 512 × 512 pairs, at least 1,024 output rows) go through Winograd's F(4, 3)
 //! (`winograd`: half the direct sum's multiplications, as six GEMMs over all tiles).
-//! Other dense ones with 24 to 320 output rows and no more rows than output channels (Kokoro's
-//! text encoder and decoder on a sentence) are the few-row GEMM's broadcast product (`few_rows::conv1d`): the filters read
-//! in place as its weight, the input rows packed per 32 output rows, where the direct kernel
+//! Other dense ones with 24 to 320 output rows (on AVX-512 also no more rows than output
+//! channels; Kokoro's text encoder and decoder on a sentence) are the few-row GEMM's broadcast
+//! product (`few_rows::conv1d`, AVX-512 or AVX2): the filters read in place as its weight, the
+//! input rows packed per 32 output rows, where the direct kernel (or on AVX2 the im2col path)
 //! would pack the whole filter bank on every call for only a few tiles of output.
 //! `F5_CPU_FFT_CONV=off`, `F5_CPU_WINOGRAD_CONV=off` and `F5_CPU_FEW_ROWS_CONV=off` keep those
 //! on the direct paths (to compare, or to rule a path out when chasing a numeric difference).
@@ -54,10 +55,10 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
         if winograd::suits(spec) && winograd::enabled() {
             return winograd::conv1d_winograd(spec, x, w, bias, y);
         }
+        if let Some(isa) = few_rows::Isa::detect().filter(|&isa| few_rows::conv_applies(isa, spec) && few_rows::conv_enabled()) {
+            return few_rows::conv1d(isa, spec, x, w, bias, y);
+        }
         if let Some(cpu) = direct::Avx512F::detect() {
-            if few_rows::conv_applies(spec) && few_rows::conv_enabled() {
-                return few_rows::conv1d(cpu, spec, x, w, bias, y);
-            }
             return direct::conv1d_dense(cpu, spec, x, w, bias, y);
         }
     }

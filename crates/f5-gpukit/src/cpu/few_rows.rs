@@ -1,4 +1,5 @@
-//! f32 GEMM for products with few rows whose B is k-contiguous (AVX-512 F + VL): B read in place.
+//! f32 GEMM for products with few rows whose B is k-contiguous (AVX-512 F + VL, or AVX2 + FMA
+//! for the broadcast kernel): B read in place.
 //!
 //! ALBERT's and the LSTMs' projections of one sentence multiply 50–150 activation rows by a
 //! `Linear` weight `[n, k]` (B = Wᵀ, so each column of B is a contiguous row of W). A
@@ -27,13 +28,44 @@
 //! A dense convolution with few output rows is the broadcast kernel's product too ([`conv1d`]):
 //! its filter bank `[c_out, c_in, K]` is the weight read in place, and the panels hold the
 //! input values each output row reads per channel and tap.
+//!
+//! On a CPU with AVX2 and FMA but not AVX-512 ([`Isa::Avx2`]), the broadcast kernel runs on the
+//! same panels as two halves of 16 rows (two 8-lane vectors each) and 6 columns at a time, which
+//! fits the 16 AVX2 registers; each output still sums the same products in the same order (FMA
+//! chains of [`SUB_K`] steps, then one add into its running sum), so the bits equal the AVX-512
+//! kernel's. There the GEMM takes only products with at least [`BROADCAST_MIN_ROWS`] rows (the
+//! lane-sum kernel is AVX-512 only); without it, these products packed the whole weight per call
+//! (the `gemm` crate's B panels, or a convolution's im2col filters and then those panels).
 
 use rayon::prelude::*;
 
 use crate::cpu::conv::source_row;
 use crate::cpu::scratch::with_shared_scratch;
-use crate::cpu::simd::Avx512F;
+use crate::cpu::simd::{Avx2Fma, Avx512F};
 use crate::spec::{Conv1dSpec, GemmSpec};
+
+/// The instruction set the kernels run on: AVX-512 F + VL (both kernels), or AVX2 + FMA (the
+/// broadcast kernel only; the bits are the AVX-512 kernel's, see the module docs).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Isa {
+    Avx512(Avx512F),
+    Avx2(Avx2Fma),
+}
+
+impl Isa {
+    /// The widest this CPU has, or `None` (then nothing here runs).
+    pub(crate) fn detect() -> Option<Self> {
+        Avx512F::detect().map(Isa::Avx512).or_else(|| Avx2Fma::detect().map(Isa::Avx2))
+    }
+
+    /// The fewest rows [`gemm`] takes on this instruction set: AVX2 has no lane-sum kernel.
+    fn min_rows(self) -> usize {
+        match self {
+            Isa::Avx512(_) => 1,
+            Isa::Avx2(_) => BROADCAST_MIN_ROWS,
+        }
+    }
+}
 
 /// Rows of the register tile.
 const MR: usize = 4;
@@ -71,13 +103,14 @@ pub(crate) const MAX_CONV_ROWS: usize = 320;
 /// figures come from: `cargo run --release -p f5-gpukit --example bf16_gemm -- --rows M`).
 pub(crate) const MAX_ROWS: usize = 192;
 
-/// Whether [`gemm`] takes this product: one batch item, A rows and B columns contiguous along
-/// k, C rows contiguous and apart, at most [`MAX_ROWS`] rows, and enough k to fill a vector.
-pub(crate) fn applies(spec: &GemmSpec) -> bool {
+/// Whether [`gemm`] takes this product on `isa`: one batch item, A rows and B columns
+/// contiguous along k, C rows contiguous and apart, at most [`MAX_ROWS`] rows (and on AVX2 at
+/// least [`BROADCAST_MIN_ROWS`]), and enough k to fill a vector.
+pub(crate) fn applies(isa: Isa, spec: &GemmSpec) -> bool {
     let (a, b, c) = (&spec.a, &spec.b, &spec.c);
     let c_rows_apart = spec.m == 1 || c.row_stride >= spec.n;
     spec.batch == 1
-        && (1..=MAX_ROWS).contains(&spec.m)
+        && (isa.min_rows()..=MAX_ROWS).contains(&spec.m)
         && spec.n > 0
         && spec.k >= 16
         && a.col_stride == 1
@@ -111,19 +144,18 @@ struct SharedC(*mut f32);
 unsafe impl Send for SharedC {}
 unsafe impl Sync for SharedC {}
 
-/// `C = beta·C + A·B` (no bias: the caller adds it) for a spec that [`applies`] and was
-/// validated against the slices; runs on the current rayon pool.
-pub(crate) fn gemm(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
-    debug_assert!(applies(spec));
+/// `C = beta·C + A·B` (no bias: the caller adds it) for a spec that [`applies`] on `isa` and
+/// was validated against the slices; runs on the current rayon pool.
+pub(crate) fn gemm(isa: Isa, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+    debug_assert!(applies(isa, spec));
     let (m, n, k) = (spec.m, spec.n, spec.k);
     // The last element any row/column reaches, checked once (validate() proved it already).
     assert!(spec.c.offset + (m - 1) * spec.c.row_stride + n - 1 < c.len(), "gemm C outside its buffer");
     assert!(spec.a.offset + (m - 1) * spec.a.row_stride + k <= a.len(), "gemm A outside its buffer");
     assert!(spec.b.offset + (n - 1) * spec.b.col_stride + k <= b.len(), "gemm B outside its buffer");
-    if m >= BROADCAST_MIN_ROWS {
-        gemm_broadcast(cpu, spec, a, b, c);
-    } else {
-        gemm_lanes(cpu, spec, a, b, c);
+    match isa {
+        Isa::Avx512(cpu) if m < BROADCAST_MIN_ROWS => gemm_lanes(cpu, spec, a, b, c),
+        _ => gemm_broadcast(isa, spec, a, b, c),
     }
 }
 
@@ -205,7 +237,7 @@ fn gemm_lanes(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]
 
 /// The 32×12 broadcast kernel's GEMM (at least [`BROADCAST_MIN_ROWS`] rows): A packed into
 /// k-major panels once, shared read-only by every task.
-fn gemm_broadcast(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+fn gemm_broadcast(isa: Isa, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
     let (m, k) = (spec.m, spec.k);
     let pack = |p: usize, panel: &mut [f32]| {
         let rows = PANEL_ROWS.min(m - p * PANEL_ROWS);
@@ -217,7 +249,7 @@ fn gemm_broadcast(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [
     };
     let target = Target { offset: spec.c.offset, row_stride: spec.c.row_stride, overwrite: spec.beta == 0.0 };
     let weight = Weight { values: b, offset: spec.b.offset, stride: spec.b.col_stride };
-    broadcast_product(cpu, (m, spec.n, k), pack, weight, target, None, c);
+    broadcast_product(isa, (m, spec.n, k), pack, weight, target, None, c);
 }
 
 /// A weight read in place as the B operand: column `j` of B is `values[offset + j·stride ..]`,
@@ -234,7 +266,7 @@ struct Weight<'a> {
 /// past `m`). The panels are packed once, in parallel, and shared read-only by the column
 /// tasks. The caller has checked that C's rows and B's columns lie inside their slices.
 fn broadcast_product(
-    cpu: Avx512F,
+    isa: Isa,
     (m, n, k): (usize, usize, usize),
     pack: impl Fn(usize, &mut [f32]) + Sync,
     weight: Weight<'_>,
@@ -270,7 +302,7 @@ fn broadcast_product(
                         unsafe {
                             let ap = packed.as_ptr().add((p * k + k0) * PANEL_ROWS);
                             let bp = weight.values.as_ptr().add(weight.offset + j0 * weight.stride + k0);
-                            broadcast_dispatch(cpu, nc, len, ap, bp, weight.stride, &mut sums);
+                            broadcast_dispatch(isa, nc, len, ap, bp, weight.stride, &mut sums);
                             write_tile(out, target, p * PANEL_ROWS, rows, j0, nc, first, bias, |r, j| sums[j][r]);
                         }
                     }
@@ -280,17 +312,21 @@ fn broadcast_product(
     });
 }
 
-/// Whether [`conv1d`] takes this convolution: dense, with [`BROADCAST_MIN_ROWS`] to
-/// [`MAX_CONV_ROWS`] output rows per batch item, no more rows than output channels, and at
-/// least one vector of `c_in·K`. The row limit against the channels: this path packs
-/// `rows·c_in·K` input values per call where the direct kernel packs `c_out·c_in·K` filter
-/// values (measured on `conv_time`: 1024 and 512 channels at 153 rows 1.3–1.6× the direct
-/// kernel, 256 channels at 306 rows 0.6–0.8×).
-pub(crate) fn conv_applies(spec: &Conv1dSpec) -> bool {
-    spec.groups == 1
-        && (BROADCAST_MIN_ROWS..=MAX_CONV_ROWS.min(spec.c_out)).contains(&spec.n_out())
-        && spec.c_out > 0
-        && spec.c_in * spec.kernel >= 16
+/// Whether [`conv1d`] takes this convolution on `isa`: dense, with [`BROADCAST_MIN_ROWS`] to
+/// [`MAX_CONV_ROWS`] output rows per batch item, and at least one vector of `c_in·K`; on
+/// AVX-512 also no more rows than output channels. That limit is against the direct kernel:
+/// this path packs `rows·c_in·K` input values per call where the direct kernel packs
+/// `c_out·c_in·K` filter values (measured on `conv_time`: 1024 and 512 channels at 153 rows
+/// 1.3–1.6× the direct kernel, 256 channels at 306 rows 0.6–0.8×). AVX2 has no direct kernel;
+/// the alternative there, an im2col matrix and the `gemm` crate, packs the filters twice per
+/// call, and this path beat it on every shape up to the row limit (`conv_time` on a Zen 2
+/// EPYC: 256 channels at 306 rows 1.15–1.2×, 512 at 153 rows 1.4–2.1×, 1024 at 153 rows 3.2×).
+pub(crate) fn conv_applies(isa: Isa, spec: &Conv1dSpec) -> bool {
+    let max_rows = match isa {
+        Isa::Avx512(_) => MAX_CONV_ROWS.min(spec.c_out),
+        Isa::Avx2(_) => MAX_CONV_ROWS,
+    };
+    spec.groups == 1 && (BROADCAST_MIN_ROWS..=max_rows).contains(&spec.n_out()) && spec.c_out > 0 && spec.c_in * spec.kernel >= 16
 }
 
 /// Whether the few-row convolution is on: `F5_CPU_FEW_ROWS_CONV=off` (or `0`) keeps such
@@ -306,8 +342,8 @@ pub(crate) fn conv_enabled() -> bool {
 /// padding). Unlike the direct kernel, nothing of the filters is packed, which at a few
 /// hundred rows cost about as much as the arithmetic. For a spec that [`conv_applies`] and
 /// was validated against the slices.
-pub(crate) fn conv1d(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    debug_assert!(conv_applies(spec));
+pub(crate) fn conv1d(isa: Isa, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+    debug_assert!(conv_applies(isa, spec));
     let Conv1dSpec { batch, n, c_in, c_out, kernel, .. } = *spec;
     let n_out = spec.n_out();
     let k = c_in * kernel;
@@ -342,7 +378,7 @@ pub(crate) fn conv1d(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias
             }
         };
         let target = Target { offset: b * n_out * c_out, row_stride: c_out, overwrite: true };
-        broadcast_product(cpu, (n_out, c_out, k), pack, Weight { values: w, offset: 0, stride: k }, target, bias, y);
+        broadcast_product(isa, (n_out, c_out, k), pack, Weight { values: w, offset: 0, stride: k }, target, bias, y);
     }
 }
 
@@ -352,7 +388,7 @@ pub(crate) fn conv1d(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias
 /// `a` points to `len` packed steps of [`PANEL_ROWS`] floats, `b` to `cols` columns of `len`
 /// floats `ldb` apart.
 unsafe fn broadcast_dispatch(
-    cpu: Avx512F,
+    isa: Isa,
     cols: usize,
     len: usize,
     a: *const f32,
@@ -360,9 +396,34 @@ unsafe fn broadcast_dispatch(
     ldb: usize,
     out: &mut [[f32; PANEL_ROWS]; BNR],
 ) {
-    let _ = cpu;
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `cpu` proves AVX-512 F and VL; the pointers' reach is the caller's contract.
+    if let Isa::Avx2(_) = isa {
+        // SAFETY: the token proves AVX2 and FMA; the pointers' reach is the caller's contract.
+        // Columns 0..6 and then the rest, each strip over both 16-row halves.
+        unsafe {
+            match cols {
+                1 => x86::broadcast_strip_avx2::<1>(len, a, b, ldb, 0, out),
+                2 => x86::broadcast_strip_avx2::<2>(len, a, b, ldb, 0, out),
+                3 => x86::broadcast_strip_avx2::<3>(len, a, b, ldb, 0, out),
+                4 => x86::broadcast_strip_avx2::<4>(len, a, b, ldb, 0, out),
+                5 => x86::broadcast_strip_avx2::<5>(len, a, b, ldb, 0, out),
+                _ => x86::broadcast_strip_avx2::<6>(len, a, b, ldb, 0, out),
+            }
+            match cols {
+                0..=6 => {}
+                7 => x86::broadcast_strip_avx2::<1>(len, a, b, ldb, 6, out),
+                8 => x86::broadcast_strip_avx2::<2>(len, a, b, ldb, 6, out),
+                9 => x86::broadcast_strip_avx2::<3>(len, a, b, ldb, 6, out),
+                10 => x86::broadcast_strip_avx2::<4>(len, a, b, ldb, 6, out),
+                11 => x86::broadcast_strip_avx2::<5>(len, a, b, ldb, 6, out),
+                _ => x86::broadcast_strip_avx2::<6>(len, a, b, ldb, 6, out),
+            }
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the token (AVX-512, the only other) proves AVX-512 F and VL; the pointers' reach
+    // is the caller's contract.
     unsafe {
         match cols {
             1 => x86::broadcast_tile::<1>(len, a, b, ldb, out),
@@ -381,8 +442,8 @@ unsafe fn broadcast_dispatch(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (cols, len, a, b, ldb, out);
-        unreachable!("AVX-512 F token off x86-64")
+        let _ = (isa, cols, len, a, b, ldb, out);
+        unreachable!("x86 instruction-set token off x86-64")
     }
 }
 
@@ -523,6 +584,60 @@ mod x86 {
                     } else {
                         _mm512_storeu_ps(lo, _mm512_add_ps(_mm512_loadu_ps(lo), acc[0]));
                         _mm512_storeu_ps(hi, _mm512_add_ps(_mm512_loadu_ps(hi), acc[1]));
+                    }
+                }
+            }
+            q0 = end;
+        }
+    }
+
+    /// [`broadcast_tile`] on AVX2 for columns `j0..j0 + C` of the tile (`C` ≤ 6): per [`SUB_K`]
+    /// steps, each 16-row half of the panel in turn, with two vectors of it and one broadcast
+    /// value of each of the `C` rows of W per step: 12 accumulators, two A vectors and the
+    /// broadcast in the 16 AVX2 registers. Every output's sum is the AVX-512 kernel's: the
+    /// same FMA chain per [`SUB_K`] steps, added to `out` the same way.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `a` holds `len · PANEL_ROWS` floats and `b` columns `j0..j0 + C` of `len`
+    /// floats `ldb` apart; `j0 + C` ≤ [`BNR`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn broadcast_strip_avx2<const C: usize>(
+        len: usize,
+        a: *const f32,
+        b: *const f32,
+        ldb: usize,
+        j0: usize,
+        out: &mut [[f32; PANEL_ROWS]; BNR],
+    ) {
+        let mut q0 = 0;
+        while q0 < len {
+            let end = (q0 + SUB_K).min(len);
+            for half in [0, 16] {
+                let mut acc = [[_mm256_setzero_ps(); 2]; C];
+                for q in q0..end {
+                    // SAFETY: q < len: inside the panel and inside each of the strip's columns.
+                    unsafe {
+                        let a0 = _mm256_loadu_ps(a.add(q * PANEL_ROWS + half));
+                        let a1 = _mm256_loadu_ps(a.add(q * PANEL_ROWS + half + 8));
+                        for (j, acc) in acc.iter_mut().enumerate() {
+                            let w = _mm256_broadcast_ss(&*b.add((j0 + j) * ldb + q));
+                            acc[0] = _mm256_fmadd_ps(a0, w, acc[0]);
+                            acc[1] = _mm256_fmadd_ps(a1, w, acc[1]);
+                        }
+                    }
+                }
+                for (j, acc) in acc.iter().enumerate() {
+                    let row = &mut out[j0 + j][half..half + 16];
+                    // SAFETY: `row` is 16 floats: two 8-lane vectors.
+                    unsafe {
+                        let (lo, hi) = (row.as_mut_ptr(), row.as_mut_ptr().add(8));
+                        if q0 == 0 {
+                            _mm256_storeu_ps(lo, acc[0]);
+                            _mm256_storeu_ps(hi, acc[1]);
+                        } else {
+                            _mm256_storeu_ps(lo, _mm256_add_ps(_mm256_loadu_ps(lo), acc[0]));
+                            _mm256_storeu_ps(hi, _mm256_add_ps(_mm256_loadu_ps(hi), acc[1]));
+                        }
                     }
                 }
             }

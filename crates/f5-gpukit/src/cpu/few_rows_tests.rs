@@ -1,5 +1,15 @@
-use super::{applies, broadcast_k_block, gemm, k_block, BROADCAST_MIN_ROWS, MAX_ROWS, NR, SUB_K};
-use crate::cpu::simd::Avx512F;
+use super::{applies, broadcast_k_block, gemm, k_block, Isa, BROADCAST_MIN_ROWS, MAX_ROWS, NR, SUB_K};
+use crate::cpu::simd::{Avx2Fma, Avx512F};
+
+/// Every instruction set this CPU runs the kernels on: AVX-512 where present, and AVX2 (which
+/// every AVX-512 CPU has too), so that an AVX-512 machine tests both forms.
+fn isas() -> Vec<Isa> {
+    let found: Vec<Isa> = Avx512F::detect().map(Isa::Avx512).into_iter().chain(Avx2Fma::detect().map(Isa::Avx2)).collect();
+    if found.is_empty() {
+        eprintln!("skipped: this CPU has neither AVX-512 F nor AVX2 + FMA (the few-row kernels are not used here)");
+    }
+    found
+}
 use crate::spec::{GemmSpec, MatLayout};
 
 /// Deterministic values in [-1, 1).
@@ -48,10 +58,10 @@ fn bound(spec: &GemmSpec, mag: f64) -> f64 {
     chain * (1.0 / (1u64 << 24) as f64) * mag + 1e-30
 }
 
-fn run(cpu: Avx512F, spec: &GemmSpec, a: &[f32], b: &[f32], c0: &[f32], threads: usize) -> Vec<f32> {
+fn run(isa: Isa, spec: &GemmSpec, a: &[f32], b: &[f32], c0: &[f32], threads: usize) -> Vec<f32> {
     let mut c = c0.to_vec();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
-    pool.install(|| gemm(cpu, spec, a, b, &mut c));
+    pool.install(|| gemm(isa, spec, a, b, &mut c));
     c
 }
 
@@ -79,10 +89,6 @@ fn operands(spec: &GemmSpec, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
 
 #[test]
 fn matches_f64_within_the_rounding_bound_on_every_edge() {
-    let Some(cpu) = Avx512F::detect() else {
-        eprintln!("skipped: this CPU lacks AVX-512 F (the few-rows GEMM is not used here)");
-        return;
-    };
     // Rows: 1, a partial tile, whole tiles, the last row count of the lane kernel and the
     // first of the broadcast one, a panel and one row, ALBERT's 58, the limit. Columns: under
     // one panel, one panel, a partial panel past a whole block. k: one vector, a tail, one
@@ -102,15 +108,21 @@ fn matches_f64_within_the_rounding_bound_on_every_edge() {
     ];
     assert!(k_block(MAX_ROWS, 1000) < 1000, "the last shape must take more than one k block");
     assert!(broadcast_k_block(2048) < 2048, "58 × 2048 must take more than one k block");
-    for (case, &(m, n, k)) in shapes.iter().enumerate() {
-        for beta in [0.0, 1.0] {
-            let spec = linear_spec(m, n, k, k + 2, n + 3, beta);
-            let (a, b, c0) = operands(&spec, 11 * case as u64 + beta as u64);
-            let (want, mag) = reference(&spec, &a, &b, &c0);
-            let got = run(cpu, &spec, &a, &b, &c0, 2);
-            for (idx, (&g, (&w, &mg))) in got.iter().zip(want.iter().zip(&mag)).enumerate() {
-                let err = (g as f64 - w).abs();
-                assert!(err <= bound(&spec, mg), "m{m} n{n} k{k} beta{beta}: C[{idx}] = {g}, f64 {w} (error {err:e})");
+    for isa in isas() {
+        for (case, &(m, n, k)) in shapes.iter().enumerate() {
+            for beta in [0.0, 1.0] {
+                let spec = linear_spec(m, n, k, k + 2, n + 3, beta);
+                if !applies(isa, &spec) {
+                    assert!(matches!(isa, Isa::Avx2(_)) && m < BROADCAST_MIN_ROWS, "{isa:?} must take m{m} n{n} k{k}");
+                    continue;
+                }
+                let (a, b, c0) = operands(&spec, 11 * case as u64 + beta as u64);
+                let (want, mag) = reference(&spec, &a, &b, &c0);
+                let got = run(isa, &spec, &a, &b, &c0, 2);
+                for (idx, (&g, (&w, &mg))) in got.iter().zip(want.iter().zip(&mag)).enumerate() {
+                    let err = (g as f64 - w).abs();
+                    assert!(err <= bound(&spec, mg), "{isa:?} m{m} n{n} k{k} beta{beta}: C[{idx}] = {g}, f64 {w} (error {err:e})");
+                }
             }
         }
     }
@@ -140,30 +152,57 @@ fn the_bound_catches_a_dropped_product() {
 
 #[test]
 fn bits_do_not_depend_on_the_thread_count() {
-    let Some(cpu) = Avx512F::detect() else {
-        eprintln!("skipped: this CPU lacks AVX-512 F");
+    for isa in isas() {
+        for &(m, n, k) in &[(BROADCAST_MIN_ROWS - 1, 500, 300), (58, 2304, 768), (MAX_ROWS, 300, 1000)] {
+            let spec = linear_spec(m, n, k, k, n, 0.0);
+            if !applies(isa, &spec) {
+                continue;
+            }
+            let (a, b, c0) = operands(&spec, 7);
+            let one = run(isa, &spec, &a, &b, &c0, 1);
+            for threads in [2, 3] {
+                assert!(run(isa, &spec, &a, &b, &c0, threads) == one, "{isa:?} m{m} n{n} k{k}: {threads} threads differ from one");
+            }
+        }
+    }
+}
+
+/// The AVX2 form of the broadcast kernel sums every output's products in the AVX-512 form's
+/// order, so the two give the same bits (a model's output does not depend on which of the two
+/// the CPU has). Runs where both are present, on every column count of the tile and both halves
+/// of a panel, with k blocks cut and C accumulated.
+#[test]
+fn the_avx2_broadcast_kernel_gives_the_avx512_bits() {
+    let (Some(wide), Some(narrow)) = (Avx512F::detect(), Avx2Fma::detect()) else {
+        eprintln!("skipped: this CPU lacks AVX-512 F or AVX2, so there is no second form to compare");
         return;
     };
-    for &(m, n, k) in &[(BROADCAST_MIN_ROWS - 1, 500, 300), (58, 2304, 768), (MAX_ROWS, 300, 1000)] {
-        let spec = linear_spec(m, n, k, k, n, 0.0);
-        let (a, b, c0) = operands(&spec, 7);
-        let one = run(cpu, &spec, &a, &b, &c0, 1);
-        for threads in [2, 3] {
-            assert!(run(cpu, &spec, &a, &b, &c0, threads) == one, "m{m} n{n} k{k}: {threads} threads differ from one");
-        }
+    for &(m, n, k, beta) in &[(BROADCAST_MIN_ROWS, 12 * 4 + 11, 130, 0.0), (58, 200, 2048, 1.0), (MAX_ROWS, 37, 1000, 0.0)] {
+        let spec = linear_spec(m, n, k, k + 1, n, beta);
+        let (a, b, c0) = operands(&spec, 5);
+        let want = run(Isa::Avx512(wide), &spec, &a, &b, &c0, 2);
+        assert!(run(Isa::Avx2(narrow), &spec, &a, &b, &c0, 2) == want, "m{m} n{n} k{k}: AVX2 and AVX-512 differ");
     }
 }
 
 #[test]
 fn takes_only_few_row_products_with_k_contiguous_operands() {
-    let linear = GemmSpec::linear(58, 768, 2304);
-    assert!(applies(&linear));
-    assert!(!applies(&GemmSpec::linear(MAX_ROWS + 1, 768, 2304)), "too many rows");
-    assert!(!applies(&GemmSpec::linear(58, 15, 64)), "k under one vector");
-    assert!(!applies(&GemmSpec { batch: 2, ..linear }), "batched");
-    assert!(!applies(&GemmSpec { b: MatLayout::row_major(2304), ..linear }), "B row-major: its columns are strided");
-    assert!(!applies(&GemmSpec { a: MatLayout::transposed(58), ..linear }), "A column-major");
-    assert!(!applies(&GemmSpec { c: MatLayout::row_major(100), ..linear }), "C rows overlap");
+    for isa in isas() {
+        let linear = GemmSpec::linear(58, 768, 2304);
+        assert!(applies(isa, &linear));
+        assert!(!applies(isa, &GemmSpec::linear(MAX_ROWS + 1, 768, 2304)), "too many rows");
+        assert!(!applies(isa, &GemmSpec::linear(58, 15, 64)), "k under one vector");
+        assert!(!applies(isa, &GemmSpec { batch: 2, ..linear }), "batched");
+        assert!(!applies(isa, &GemmSpec { b: MatLayout::row_major(2304), ..linear }), "B row-major: its columns are strided");
+        assert!(!applies(isa, &GemmSpec { a: MatLayout::transposed(58), ..linear }), "A column-major");
+        assert!(!applies(isa, &GemmSpec { c: MatLayout::row_major(100), ..linear }), "C rows overlap");
+        let few = GemmSpec::linear(BROADCAST_MIN_ROWS - 1, 768, 2304);
+        assert_eq!(
+            applies(isa, &few),
+            matches!(isa, Isa::Avx512(_)),
+            "{isa:?}: only AVX-512 has the lane-sum kernel for under {BROADCAST_MIN_ROWS} rows"
+        );
+    }
 }
 
 /// The few-row convolution against the f64 convolution. Tolerance 2e-6 rel-L2: each output sums
@@ -171,9 +210,9 @@ fn takes_only_few_row_products_with_k_contiguous_operands() {
 /// these sums (measured 1–2e-7); every wrong variant (taps reversed, one row off, dilation
 /// ignored, bias dropped) lands over 100× further.
 mod conv {
-    use super::super::{broadcast_k_block, conv1d, conv_applies, MAX_CONV_ROWS};
+    use super::super::{broadcast_k_block, conv1d, conv_applies, Isa, MAX_CONV_ROWS};
+    use super::isas;
     use crate::cpu::conv::f64_reference::{check_against_f64, check_without_bias_twice, conv_f64, rel_l2, values, Variant};
-    use crate::cpu::simd::Avx512F;
     use crate::spec::{Conv1dSpec, PadMode};
 
     const TOLERANCE: f64 = 2e-6;
@@ -195,45 +234,43 @@ mod conv {
         ]
     }
 
-    fn cpu() -> Option<Avx512F> {
-        let cpu = Avx512F::detect();
-        if cpu.is_none() {
-            eprintln!("skipped: this CPU lacks AVX-512 F (the few-row convolution is not used here)");
-        }
-        cpu
-    }
-
     #[test]
     fn matches_f64_and_not_the_wrong_variants() {
-        let Some(cpu) = cpu() else { return };
         let last = *shapes().last().expect("shapes");
         assert!(broadcast_k_block(last.c_in * last.kernel) < last.c_in * last.kernel, "the last shape must take more than one k block");
-        for spec in shapes() {
-            assert!(conv_applies(&spec), "{spec:?} must be a few-row convolution");
-            check_against_f64(spec, TOLERANCE, |s, x, w, b, y| conv1d(cpu, s, x, w, b, y));
-            check_without_bias_twice(spec, TOLERANCE, |s, x, w, b, y| conv1d(cpu, s, x, w, b, y));
+        for isa in isas() {
+            for spec in shapes() {
+                assert!(conv_applies(isa, &spec), "{spec:?} must be a few-row convolution on {isa:?}");
+                check_against_f64(spec, TOLERANCE, |s, x, w, b, y| conv1d(isa, s, x, w, b, y));
+                check_without_bias_twice(spec, TOLERANCE, |s, x, w, b, y| conv1d(isa, s, x, w, b, y));
+            }
         }
     }
 
     #[test]
     fn bits_do_not_depend_on_the_thread_count() {
-        let Some(cpu) = cpu() else { return };
         let spec = Conv1dSpec::new(1, 153, 200, 300, 3).pad(1);
         let (x, w, bias) = (values(153 * 200, 1), values(300 * 200 * 3, 2), values(300, 3));
-        let run = |threads| {
+        let run = |isa, threads| {
             let mut y = vec![f32::NAN; 153 * 300];
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
-            pool.install(|| conv1d(cpu, &spec, &x, &w, Some(&bias), &mut y));
+            pool.install(|| conv1d(isa, &spec, &x, &w, Some(&bias), &mut y));
             y
         };
-        let one = run(1);
-        assert!(run(2) == one && run(3) == one, "the thread count changed the bits");
+        let found = isas();
+        for &isa in &found {
+            let one = run(isa, 1);
+            assert!(run(isa, 2) == one && run(isa, 3) == one, "{isa:?}: the thread count changed the bits");
+        }
+        // And the instruction set does not (the AVX2 kernel's sums are the AVX-512 one's).
+        if let [wide, narrow] = found[..] {
+            assert!(run(wide, 2) == run(narrow, 2), "AVX2 and AVX-512 differ");
+        }
     }
 
     /// Reflect padding: the same as zero padding 0 over the input with its reflection added.
     #[test]
     fn reflect_padding_reads_the_mirrored_rows() {
-        let Some(cpu) = cpu() else { return };
         let (n, c_in, c_out, kernel, pad) = (40, 6, 45, 5, 2);
         let spec = Conv1dSpec::new(1, n, c_in, c_out, kernel).pad(pad).pad_mode(PadMode::Reflect);
         let (x, w, bias) = (values(n * c_in, 7), values(c_out * c_in * kernel, 8), values(c_out, 9));
@@ -245,22 +282,28 @@ mod conv {
             .collect();
         let want = conv_f64(&Conv1dSpec::new(1, n + 2 * pad, c_in, c_out, kernel), &padded, &w, &bias, Variant::Exact);
         let zero_padded = conv_f64(&Conv1dSpec::new(1, n, c_in, c_out, kernel).pad(pad), &x, &w, &bias, Variant::Exact);
-        let mut y = vec![f32::NAN; n * c_out];
-        conv1d(cpu, &spec, &x, &w, Some(&bias), &mut y);
-        let err = rel_l2(&y, &want);
-        assert!(err <= TOLERANCE, "reflect: rel-L2 {err:e}");
-        let off = rel_l2(&y, &zero_padded);
-        assert!(off > 100.0 * TOLERANCE, "zero padding is only {off:e} away: the test cannot tell them apart");
+        for isa in isas() {
+            let mut y = vec![f32::NAN; n * c_out];
+            conv1d(isa, &spec, &x, &w, Some(&bias), &mut y);
+            let err = rel_l2(&y, &want);
+            assert!(err <= TOLERANCE, "{isa:?} reflect: rel-L2 {err:e}");
+            let off = rel_l2(&y, &zero_padded);
+            assert!(off > 100.0 * TOLERANCE, "zero padding is only {off:e} away: the test cannot tell them apart");
+        }
     }
 
     #[test]
     fn takes_only_dense_convolutions_with_few_rows() {
         let at = |n| Conv1dSpec::new(1, n, 64, 512, 3).pad(1);
-        assert!(conv_applies(&at(153)));
-        assert!(!conv_applies(&Conv1dSpec::new(1, 153, 64, 152, 3).pad(1)), "more rows than output channels");
-        assert!(!conv_applies(&at(super::BROADCAST_MIN_ROWS - 1)), "under the broadcast kernel's rows");
-        assert!(!conv_applies(&at(MAX_CONV_ROWS + 1)), "over the few-row limit");
-        assert!(!conv_applies(&at(153).groups(2)), "grouped");
-        assert!(!conv_applies(&Conv1dSpec::new(1, 153, 5, 64, 3).pad(1)), "c_in·K under one vector");
+        for isa in isas() {
+            assert!(conv_applies(isa, &at(153)));
+            let more_rows_than_channels = conv_applies(isa, &Conv1dSpec::new(1, 153, 64, 152, 3).pad(1));
+            // Only the direct kernel (AVX-512) beats this path there; AVX2's im2col path does not.
+            assert_eq!(more_rows_than_channels, matches!(isa, Isa::Avx2(_)), "{isa:?}: more rows than output channels");
+            assert!(!conv_applies(isa, &at(super::BROADCAST_MIN_ROWS - 1)), "under the broadcast kernel's rows");
+            assert!(!conv_applies(isa, &at(MAX_CONV_ROWS + 1)), "over the few-row limit");
+            assert!(!conv_applies(isa, &at(153).groups(2)), "grouped");
+            assert!(!conv_applies(isa, &Conv1dSpec::new(1, 153, 5, 64, 3).pad(1)), "c_in·K under one vector");
+        }
     }
 }

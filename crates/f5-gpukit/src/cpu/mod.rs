@@ -114,8 +114,8 @@ impl CpuBackend {
         spec.validate(a.len(), b.len(), c.len(), bias.map(|b| b.len()))?;
         self.run(|| {
             // On one thread too, so the sums are the same whatever the thread count.
-            if let Some(cpu) = simd::Avx512F::detect().filter(|_| few_rows::applies(spec)) {
-                few_rows::gemm(cpu, spec, a, b, c);
+            if let Some(isa) = few_rows::Isa::detect().filter(|&isa| few_rows::applies(isa, spec)) {
+                few_rows::gemm(isa, spec, a, b, c);
             } else if spec.batch == 1 && spec.m <= GEMM_FEW_ROWS && spec.n >= 2 * GEMM_COLUMN_BLOCK {
                 gemm_by_columns(spec, a, b, c);
             } else {

@@ -58,6 +58,26 @@ impl Avx512F {
     }
 }
 
+/// Proof that this CPU executes AVX2 and FMA: only [`Avx2Fma::detect`] makes one, so holding
+/// it makes the kernels that take it (`target_feature` `avx2,fma`) sound to call. For the
+/// hand-written kernels that have an AVX2 form beside the AVX-512 one (the few-row GEMM's
+/// broadcast kernel), on CPUs without AVX-512.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx2Fma(());
+
+impl Avx2Fma {
+    pub(crate) fn detect() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            has_avx2().then_some(Avx2Fma(()))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            None
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx512() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl") && has_avx2()
