@@ -319,8 +319,8 @@ fn broadcast_product(
 /// `c_out·c_in·K` filter values (measured on `conv_time`: 1024 and 512 channels at 153 rows
 /// 1.3–1.6× the direct kernel, 256 channels at 306 rows 0.6–0.8×). AVX2 has no direct kernel;
 /// the alternative there, an im2col matrix and the `gemm` crate, packs the filters twice per
-/// call, and this path beat it on every shape up to the row limit (`conv_time` on a Zen 2
-/// EPYC: 256 channels at 306 rows 1.15–1.2×, 512 at 153 rows 1.4–2.1×, 1024 at 153 rows 3.2×).
+/// call, and this path beat it on every Kokoro shape measured under the row limit (`conv_time` on a Zen 2
+/// EPYC: 256 channels at 306 rows 1.18–1.21×, 512 at 153 rows 1.4–2.1×, 1024 at 153 rows 3.2×).
 pub(crate) fn conv_applies(isa: Isa, spec: &Conv1dSpec) -> bool {
     let max_rows = match isa {
         Isa::Avx512(_) => MAX_CONV_ROWS.min(spec.c_out),
