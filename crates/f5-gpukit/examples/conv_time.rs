@@ -94,7 +94,8 @@ fn main() -> AnyResult<()> {
     );
     // (channels, kernel, dilation, rows): the generator's resblocks at the two upsampled rates,
     // the decoder's wide k3 convs; then those of a short sentence (56 phonemes, 153 frames),
-    // which take the few-row path on AVX-512: the decoder's and F0/N blocks' k3 convs, the
+    // which take the few-row path (AVX-512 or AVX2): the decoder's k3 convs (and on AVX2 the F0/N
+    // blocks' 256-channel ones at 306 rows; AVX-512 runs those on the direct kernel), the
     // text encoder's k5 over the 58 tokens; and its generator's resblocks (3,060 and 18,360
     // frames).
     // Then the generator's noise convs, which read the source's 22-row spectrum (n_fft + 2):
