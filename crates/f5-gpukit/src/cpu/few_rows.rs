@@ -101,9 +101,8 @@ pub(crate) const BROADCAST_MIN_ROWS: usize = 24;
 pub(crate) const MAX_CONV_ROWS: usize = 320;
 /// Up to this many rows the in-place kernels beat packing (measured on the Zen 4 the Kokoro
 /// figures come from: `cargo run --release -p f5-gpukit --example bf16_gemm -- --rows M`). The
-/// AVX2 form keeps it: on a Zen 2 EPYC the `gemm` crate led on three of ALBERT's four shapes
-/// from 96 rows when timed alone, but a sentence in that range ran as fast either way in the
-/// model, where the weights cycle through the caches (docs/benchmarks.md, the Zen 2 section).
+/// AVX2 form keeps it, though on a Zen 2 EPYC the `gemm` crate led on three of ALBERT's four
+/// shapes from 96 rows when timed alone (docs/benchmarks.md, the Zen 2 section).
 pub(crate) const MAX_ROWS: usize = 192;
 
 /// Whether [`gemm`] takes this product on `isa`: one batch item, A rows and B columns
