@@ -33,9 +33,10 @@
 //! same panels as two halves of 16 rows (two 8-lane vectors each) and 6 columns at a time, which
 //! fits the 16 AVX2 registers; each output still sums the same products in the same order (FMA
 //! chains of [`SUB_K`] steps, then one add into its running sum), so the bits equal the AVX-512
-//! kernel's. There the GEMM takes only products with at least [`BROADCAST_MIN_ROWS`] rows (the
-//! lane-sum kernel is AVX-512 only); without it, these products packed the whole weight per call
-//! (the `gemm` crate's B panels, or a convolution's im2col filters and then those panels).
+//! kernel's. There the GEMM takes only products of [`BROADCAST_MIN_ROWS`] to [`AVX2_MAX_ROWS`]
+//! rows (the lane-sum kernel is AVX-512 only, and past two panels the `gemm` crate's packed
+//! kernel was faster); without it, these products packed the whole weight per call (the `gemm`
+//! crate's B panels, or a convolution's im2col filters and then those panels).
 
 use rayon::prelude::*;
 
@@ -58,11 +59,12 @@ impl Isa {
         Avx512F::detect().map(Isa::Avx512).or_else(|| Avx2Fma::detect().map(Isa::Avx2))
     }
 
-    /// The fewest rows [`gemm`] takes on this instruction set: AVX2 has no lane-sum kernel.
-    fn min_rows(self) -> usize {
+    /// The rows [`gemm`] takes on this instruction set: AVX2 has no lane-sum kernel, and its
+    /// broadcast kernel beats the `gemm` crate only up to [`AVX2_MAX_ROWS`].
+    fn rows(self) -> std::ops::RangeInclusive<usize> {
         match self {
-            Isa::Avx512(_) => 1,
-            Isa::Avx2(_) => BROADCAST_MIN_ROWS,
+            Isa::Avx512(_) => 1..=MAX_ROWS,
+            Isa::Avx2(_) => BROADCAST_MIN_ROWS..=AVX2_MAX_ROWS,
         }
     }
 }
@@ -100,19 +102,22 @@ pub(crate) const BROADCAST_MIN_ROWS: usize = 24;
 /// ([`conv1d`]) rather than the direct kernel, which packs the filters on every call.
 pub(crate) const MAX_CONV_ROWS: usize = 320;
 /// Up to this many rows the in-place kernels beat packing (measured on the Zen 4 the Kokoro
-/// figures come from: `cargo run --release -p f5-gpukit --example bf16_gemm -- --rows M`). The
-/// AVX2 form keeps it, though on a Zen 2 EPYC the `gemm` crate led on three of ALBERT's four
-/// shapes from 96 rows when timed alone (docs/benchmarks.md, the Zen 2 section).
+/// figures come from: `cargo run --release -p f5-gpukit --example bf16_gemm -- --rows M`).
 pub(crate) const MAX_ROWS: usize = 192;
+/// The most rows the AVX2 form of [`gemm`] takes: two panels. On a Zen 2 EPYC (`bf16_gemm
+/// --rows M --shapes albert`, against the `gemm` crate) ALBERT's products at 58 rows ran
+/// 0.89–1.20× alone and made the whole short forward 1–3 % faster, but at 72 rows (a third
+/// panel a quarter full) 0.65–0.88×, and at 96–160 rows three of the four shapes were behind.
+pub(crate) const AVX2_MAX_ROWS: usize = 2 * PANEL_ROWS;
 
 /// Whether [`gemm`] takes this product on `isa`: one batch item, A rows and B columns
-/// contiguous along k, C rows contiguous and apart, at most [`MAX_ROWS`] rows (and on AVX2 at
-/// least [`BROADCAST_MIN_ROWS`]), and enough k to fill a vector.
+/// contiguous along k, C rows contiguous and apart, at most [`MAX_ROWS`] rows (on AVX2
+/// [`BROADCAST_MIN_ROWS`] to [`AVX2_MAX_ROWS`]), and enough k to fill a vector.
 pub(crate) fn applies(isa: Isa, spec: &GemmSpec) -> bool {
     let (a, b, c) = (&spec.a, &spec.b, &spec.c);
     let c_rows_apart = spec.m == 1 || c.row_stride >= spec.n;
     spec.batch == 1
-        && (isa.min_rows()..=MAX_ROWS).contains(&spec.m)
+        && isa.rows().contains(&spec.m)
         && spec.n > 0
         && spec.k >= 16
         && a.col_stride == 1

@@ -1,4 +1,4 @@
-use super::{applies, broadcast_k_block, gemm, k_block, Isa, BROADCAST_MIN_ROWS, MAX_ROWS, NR, SUB_K};
+use super::{applies, broadcast_k_block, gemm, k_block, Isa, AVX2_MAX_ROWS, BROADCAST_MIN_ROWS, MAX_ROWS, NR, SUB_K};
 use crate::cpu::simd::{Avx2Fma, Avx512F};
 
 /// Every instruction set this CPU runs the kernels on: AVX-512 where present, and AVX2 (which
@@ -113,7 +113,8 @@ fn matches_f64_within_the_rounding_bound_on_every_edge() {
             for beta in [0.0, 1.0] {
                 let spec = linear_spec(m, n, k, k + 2, n + 3, beta);
                 if !applies(isa, &spec) {
-                    assert!(matches!(isa, Isa::Avx2(_)) && m < BROADCAST_MIN_ROWS, "{isa:?} must take m{m} n{n} k{k}");
+                    let outside_avx2 = !(BROADCAST_MIN_ROWS..=AVX2_MAX_ROWS).contains(&m);
+                    assert!(matches!(isa, Isa::Avx2(_)) && outside_avx2, "{isa:?} must take m{m} n{n} k{k}");
                     continue;
                 }
                 let (a, b, c0) = operands(&spec, 11 * case as u64 + beta as u64);
@@ -177,7 +178,7 @@ fn the_avx2_broadcast_kernel_gives_the_avx512_bits() {
         eprintln!("skipped: this CPU lacks AVX-512 F or AVX2, so there is no second form to compare");
         return;
     };
-    for &(m, n, k, beta) in &[(BROADCAST_MIN_ROWS, 12 * 4 + 11, 130, 0.0), (58, 200, 2048, 1.0), (MAX_ROWS, 37, 1000, 0.0)] {
+    for &(m, n, k, beta) in &[(BROADCAST_MIN_ROWS, 12 * 4 + 11, 130, 0.0), (58, 200, 2048, 1.0), (AVX2_MAX_ROWS, 37, 1000, 0.0)] {
         let spec = linear_spec(m, n, k, k + 1, n, beta);
         let (a, b, c0) = operands(&spec, 5);
         let want = run(Isa::Avx512(wide), &spec, &a, &b, &c0, 2);
@@ -201,6 +202,13 @@ fn takes_only_few_row_products_with_k_contiguous_operands() {
             applies(isa, &few),
             matches!(isa, Isa::Avx512(_)),
             "{isa:?}: only AVX-512 has the lane-sum kernel for under {BROADCAST_MIN_ROWS} rows"
+        );
+        assert!(applies(isa, &GemmSpec::linear(AVX2_MAX_ROWS, 768, 2304)), "{isa:?}: two panels");
+        let three_panels = GemmSpec::linear(AVX2_MAX_ROWS + 1, 768, 2304);
+        assert_eq!(
+            applies(isa, &three_panels),
+            matches!(isa, Isa::Avx512(_)),
+            "{isa:?}: past two panels only AVX-512 beats the gemm crate"
         );
     }
 }
