@@ -85,6 +85,9 @@ const PANEL_ROWS: usize = 32;
 /// Columns of the broadcast kernel's tile: 12 × 2 = 24 accumulators, two A vectors and one
 /// broadcast W value in the 32 AVX-512 registers.
 const BNR: usize = 12;
+/// Columns the AVX2 form of the broadcast kernel takes at a time: 6 × 2 accumulators per 16-row
+/// half, two A vectors and the broadcast value in the 16 AVX2 registers. Divides [`BNR`].
+const AVX2_STRIP: usize = 6;
 /// Columns of C per task of the broadcast kernel, fixed like [`COL_BLOCK`].
 const BROADCAST_COL_BLOCK: usize = 4 * BNR;
 /// Row panels per task of the broadcast kernel: the tasks split rows as well as columns, so a
@@ -405,25 +408,19 @@ unsafe fn broadcast_dispatch(
 ) {
     #[cfg(target_arch = "x86_64")]
     if let Isa::Avx2(_) = isa {
-        // SAFETY: the token proves AVX2 and FMA; the pointers' reach is the caller's contract.
-        // Columns 0..6 and then the rest, each strip over both 16-row halves.
-        unsafe {
-            match cols {
-                1 => x86::broadcast_strip_avx2::<1>(len, a, b, ldb, 0, out),
-                2 => x86::broadcast_strip_avx2::<2>(len, a, b, ldb, 0, out),
-                3 => x86::broadcast_strip_avx2::<3>(len, a, b, ldb, 0, out),
-                4 => x86::broadcast_strip_avx2::<4>(len, a, b, ldb, 0, out),
-                5 => x86::broadcast_strip_avx2::<5>(len, a, b, ldb, 0, out),
-                _ => x86::broadcast_strip_avx2::<6>(len, a, b, ldb, 0, out),
-            }
-            match cols {
-                0..=6 => {}
-                7 => x86::broadcast_strip_avx2::<1>(len, a, b, ldb, 6, out),
-                8 => x86::broadcast_strip_avx2::<2>(len, a, b, ldb, 6, out),
-                9 => x86::broadcast_strip_avx2::<3>(len, a, b, ldb, 6, out),
-                10 => x86::broadcast_strip_avx2::<4>(len, a, b, ldb, 6, out),
-                11 => x86::broadcast_strip_avx2::<5>(len, a, b, ldb, 6, out),
-                _ => x86::broadcast_strip_avx2::<6>(len, a, b, ldb, 6, out),
+        // Strips of AVX2_STRIP columns (the last one narrower), each over both 16-row halves.
+        for j0 in (0..cols.min(BNR)).step_by(AVX2_STRIP) {
+            // SAFETY: the token proves AVX2 and FMA; each strip ends by `cols.min(BNR)`, and
+            // the pointers' reach is the caller's contract.
+            unsafe {
+                match (cols.min(BNR) - j0).min(AVX2_STRIP) {
+                    1 => x86::broadcast_strip_avx2::<1>(len, a, b, ldb, j0, out),
+                    2 => x86::broadcast_strip_avx2::<2>(len, a, b, ldb, j0, out),
+                    3 => x86::broadcast_strip_avx2::<3>(len, a, b, ldb, j0, out),
+                    4 => x86::broadcast_strip_avx2::<4>(len, a, b, ldb, j0, out),
+                    5 => x86::broadcast_strip_avx2::<5>(len, a, b, ldb, j0, out),
+                    _ => x86::broadcast_strip_avx2::<6>(len, a, b, ldb, j0, out),
+                }
             }
         }
         return;
@@ -598,7 +595,7 @@ mod x86 {
         }
     }
 
-    /// [`broadcast_tile`] on AVX2 for columns `j0..j0 + C` of the tile (`C` ≤ 6): per [`SUB_K`]
+    /// [`broadcast_tile`] on AVX2 for columns `j0..j0 + C` of the tile (`C` ≤ [`super::AVX2_STRIP`]): per [`SUB_K`]
     /// steps, each 16-row half of the panel in turn, with two vectors of it and one broadcast
     /// value of each of the `C` rows of W per step: 12 accumulators, two A vectors and the
     /// broadcast in the 16 AVX2 registers. Every output's sum is the AVX-512 kernel's: the
