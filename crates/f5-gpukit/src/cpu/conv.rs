@@ -9,10 +9,11 @@
 //! 1`) on a CPU with AVX-512 F skip the im2col: `direct` sums each register tile of the output
 //! over all taps straight from the input rows, which measured faster on every Kokoro shape
 //! (the im2col writes each input row K times, then the GEMM packs it again; the im2col path
-//! remains for grouped convolutions and, past the few-row sizes below, AVX2-only CPUs). Dense transposed convolutions on
-//! AVX-512 F run as one such direct convolution per output phase (`o + pad ≡ r mod stride`);
-//! grouped ones, and dense ones elsewhere, are one GEMM into a column matrix (every input row
-//! times every tap), after which each output row gathers the taps that land on it.
+//! remains for grouped convolutions and, past the few-row sizes below, AVX2-only CPUs). Dense
+//! transposed convolutions on AVX-512 F run as one such direct convolution per output phase
+//! (`o + pad ≡ r mod stride`); grouped ones, and dense ones elsewhere, are one GEMM into a
+//! column matrix (every input row times every tap), after which each output row gathers the
+//! taps that land on it.
 //!
 //! Dense stride-1 convolutions of 5 to 33 taps over at least 32 (even) channels each way, at
 //! most 256 × 256 channel pairs (the filters' spectrum is ~10× their size), go through the FFT
@@ -27,7 +28,7 @@
 //! input rows packed per 32 output rows, where the direct kernel (or on AVX2 the im2col path)
 //! would pack the whole filter bank on every call for only a few tiles of output.
 //! `F5_CPU_FFT_CONV=off`, `F5_CPU_WINOGRAD_CONV=off` and `F5_CPU_FEW_ROWS_CONV=off` keep those
-//! on the direct paths (to compare, or to rule a path out when chasing a numeric difference).
+//! on the direct paths, or on AVX2 the im2col one (to compare, or to rule a path out when chasing a numeric difference).
 
 use rayon::prelude::*;
 
