@@ -24,7 +24,7 @@
 
 use std::time::Instant;
 
-use f5_gpukit::{Backend, Conv1dSpec, CpuBackend, CpuBf16Backend};
+use f5_gpukit::{Backend, Conv1dSpec, ConvTranspose1dSpec, CpuBackend, CpuBf16Backend};
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -194,6 +194,54 @@ fn main() -> AnyResult<()> {
             t32 / tx,
             e16,
             e8
+        );
+    }
+    transposed(&f32_kit, &bf16_kit, &only, min_seconds, rounds)
+}
+
+/// The generator's two upsamplers (transposed convolutions, PyTorch's `[c_in, c_out, K]`
+/// filters), at the short input's rates (306 → 3,060 → 18,360 rows) and the long one's (2,600 →
+/// 26,000 → 156,000): f32 and bf16, GFLOP/s of `2·n_in·c_in·c_out·K` (every input row times
+/// every tap).
+fn transposed(f32_kit: &CpuBackend, bf16_kit: &CpuBf16Backend, only: &str, min_seconds: f64, rounds: usize) -> AnyResult<()> {
+    // (c_in, c_out, kernel, stride, input rows)
+    let shapes: [(usize, usize, usize, usize, usize); 4] =
+        [(512, 256, 20, 10, 306), (256, 128, 12, 6, 3060), (512, 256, 20, 10, 2600), (256, 128, 12, 6, 26000)];
+    for (c_in, c_out, kernel, stride, n) in shapes {
+        let name = format!("up c{c_in}→{c_out} k{kernel} s{stride} × {n}");
+        if !name.contains(only) {
+            continue;
+        }
+        let spec = ConvTranspose1dSpec::new(1, n, c_in, c_out, kernel, stride).pad((kernel - stride) / 2);
+        let x = uniform(n * c_in, 4, 1.0);
+        let w = uniform(c_in * c_out * kernel, 5, 1.0 / ((c_in * kernel / stride) as f32).sqrt());
+        let b = uniform(c_out, 6, 0.1);
+        let n_y = spec.n_out() * c_out;
+        let (xa, wa, ba) = (f32_kit.upload(&x)?, f32_kit.upload_weight(&w)?, f32_kit.upload(&b)?);
+        let mut ya = f32_kit.alloc(n_y)?;
+        let (xb, wb, bb) = (bf16_kit.upload(&x)?, bf16_kit.upload_weight(&w)?, bf16_kit.upload(&b)?);
+        let mut yb = bf16_kit.alloc(n_y)?;
+        let (mut t32, mut t16) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..rounds {
+            t32 = t32.min(best_of(min_seconds, || Ok(f32_kit.conv_transpose1d(&spec, &xa, &wa, Some(&ba), &mut ya)?))?);
+            t16 = t16.min(best_of(min_seconds, || Ok(bf16_kit.conv_transpose1d(&spec, &xb, &wb, Some(&bb), &mut yb)?))?);
+        }
+        let (y32, y16) = (f32_kit.download(&ya)?, bf16_kit.download(&yb)?);
+        let num: f64 = y32.iter().zip(&y16).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
+        let den: f64 = y32.iter().map(|&a| (a as f64).powi(2)).sum();
+        let flops = 2.0 * (n * c_in * c_out * kernel) as f64;
+        println!(
+            "{:<28} {:>8.1} {:>8.1} {:>8} {:>8} {:>7.2}× {:>8} {:>8} {:>11.2e} {:>11}",
+            name,
+            flops / t32 / 1e9,
+            flops / t16 / 1e9,
+            "",
+            "",
+            t32 / t16,
+            "",
+            "",
+            (num / den).sqrt(),
+            ""
         );
     }
     Ok(())
