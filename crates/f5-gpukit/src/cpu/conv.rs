@@ -6,14 +6,15 @@
 //! im2col matrix whose row `t` holds the `kernel` input rows the output row `t` sees, back to
 //! back — so building it is a run of contiguous copies and the GEMM does all the arithmetic —
 //! built and multiplied one cache-sized block of output rows per task. Dense ones (`groups ==
-//! 1`) on a CPU with AVX-512 F skip the im2col: `direct` sums each register tile of the output
-//! over all taps straight from the input rows, which measured faster on every Kokoro shape
-//! (the im2col writes each input row K times, then the GEMM packs it again; the im2col path
-//! remains for grouped convolutions and, past the few-row sizes below, AVX2-only CPUs). Dense
-//! transposed convolutions on AVX-512 F run as one such direct convolution per output phase
-//! (`o + pad ≡ r mod stride`); grouped ones, and dense ones elsewhere, are one GEMM into a
-//! column matrix (every input row times every tap), after which each output row gathers the
-//! taps that land on it.
+//! 1`) on a CPU with AVX-512 F, or with AVX2 + FMA from 32 input and 16 output channels, skip
+//! the im2col: `direct` sums each register tile of the output over all taps straight from the
+//! input rows, which measured faster on every Kokoro shape it takes (the im2col writes each
+//! input row K times, then the GEMM packs it again; the im2col path remains for grouped
+//! convolutions and, on AVX2, for narrower ones: Kokoro's 22-channel source spectrum and its
+//! one-channel F0/N projections). Dense transposed convolutions that the direct kernel takes
+//! run as one such direct convolution per output phase (`o + pad ≡ r mod stride`); grouped
+//! ones, and the rest, are one GEMM into a column matrix (every input row times every tap),
+//! after which each output row gathers the taps that land on it.
 //!
 //! Dense stride-1 convolutions of 5 to 33 taps over at least 32 (even) channels each way, at
 //! most 256 × 256 channel pairs (the filters' spectrum is ~10× their size), go through the FFT
@@ -25,10 +26,10 @@
 //! Other dense ones with 24 to 320 output rows (on AVX-512 also no more rows than output
 //! channels; Kokoro's text encoder and decoder on a sentence) are the few-row GEMM's broadcast
 //! product (`few_rows::conv1d`, AVX-512 or AVX2): the filters read in place as its weight, the
-//! input rows packed per 32 output rows, where the direct kernel (or on AVX2 the im2col path)
-//! would pack the whole filter bank on every call for only a few tiles of output.
+//! input rows packed per 32 output rows, where the direct kernel would pack the whole filter
+//! bank on every call for only a few tiles of output.
 //! `F5_CPU_FFT_CONV=off`, `F5_CPU_WINOGRAD_CONV=off` and `F5_CPU_FEW_ROWS_CONV=off` keep those
-//! on the direct paths, or on AVX2 the im2col one (to compare, or to rule a path out when chasing a numeric difference).
+//! on the direct kernel, or the im2col path where that does not apply (to compare, or to rule a path out when chasing a numeric difference).
 
 use rayon::prelude::*;
 
@@ -59,8 +60,8 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
         if let Some(isa) = few_rows::Isa::detect().filter(|&isa| few_rows::conv_applies(isa, spec) && few_rows::conv_enabled()) {
             return few_rows::conv1d(isa, spec, x, w, bias, y);
         }
-        if let Some(cpu) = direct::Avx512F::detect() {
-            return direct::conv1d_dense(cpu, spec, x, w, bias, y);
+        if let Some(isa) = direct::Isa::detect().filter(|&isa| direct::applies(isa, spec.c_in, spec.c_out)) {
+            return direct::conv1d_dense(isa, spec, x, w, bias, y);
         }
     }
     grouped(spec, x, w, bias, y)
@@ -342,8 +343,8 @@ pub fn conv_transpose1d(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: 
         return;
     }
     if groups == 1 && n > 0 && c_in > 0 {
-        if let Some(cpu) = direct::Avx512F::detect() {
-            return direct::conv_transpose1d_dense(cpu, spec, x, w, bias, y);
+        if let Some(isa) = direct::Isa::detect().filter(|&isa| direct::applies(isa, c_in, c_out)) {
+            return direct::conv_transpose1d_dense(isa, spec, x, w, bias, y);
         }
     }
     for b in 0..batch {
@@ -362,7 +363,7 @@ pub fn conv_transpose1d(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: 
     transpose_by_gemm(spec, x, w, y)
 }
 
-/// A grouped (or, off AVX-512 F, dense) transposed convolution added into `y`, which holds the
+/// A grouped (or, where the direct kernel does not take it, dense) transposed convolution added into `y`, which holds the
 /// bias: one GEMM per block of input rows into a column matrix (every input row times every
 /// tap), then each output row adds the taps that land on it.
 pub(crate) fn transpose_by_gemm(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], y: &mut [f32]) {

@@ -42,23 +42,13 @@ use rayon::prelude::*;
 
 use crate::cpu::conv::source_row;
 use crate::cpu::scratch::with_shared_scratch;
-use crate::cpu::simd::{Avx2Fma, Avx512F};
+use crate::cpu::simd::Avx512F;
+pub(crate) use crate::cpu::simd::Isa;
 use crate::spec::{Conv1dSpec, GemmSpec};
 
-/// The instruction set the kernels run on: AVX-512 F + VL (both kernels), or AVX2 + FMA (the
-/// broadcast kernel only; the bits are the AVX-512 kernel's, see the module docs).
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Isa {
-    Avx512(Avx512F),
-    Avx2(Avx2Fma),
-}
-
+// On AVX-512 both kernels run; on AVX2 the broadcast kernel only (the bits are the AVX-512
+// kernel's, see the module docs).
 impl Isa {
-    /// The widest this CPU has, or `None` (then nothing here runs).
-    pub(crate) fn detect() -> Option<Self> {
-        Avx512F::detect().map(Isa::Avx512).or_else(|| Avx2Fma::detect().map(Isa::Avx2))
-    }
-
     /// The rows [`gemm`] takes on this instruction set: AVX2 has no lane-sum kernel, and its
     /// broadcast kernel beats the `gemm` crate only up to [`AVX2_MAX_ROWS`].
     fn rows(self) -> std::ops::RangeInclusive<usize> {
@@ -327,10 +317,11 @@ fn broadcast_product(
 /// AVX-512 also no more rows than output channels. That limit is against the direct kernel:
 /// this path packs `rows·c_in·K` input values per call where the direct kernel packs
 /// `c_out·c_in·K` filter values (measured on `conv_time`: 1024 and 512 channels at 153 rows
-/// 1.3–1.6× the direct kernel, 256 channels at 306 rows 0.6–0.8×). AVX2 has no direct kernel;
-/// the alternative there, an im2col matrix and the `gemm` crate, packs the filters twice per
-/// call, and this path beat it on every Kokoro shape measured under the row limit (`conv_time` on a Zen 2
-/// EPYC: 256 channels at 306 rows 1.18–1.21×, 512 at 153 rows 1.4–2.1×, 1024 at 153 rows 3.2×).
+/// 1.3–1.6× the direct kernel, 256 channels at 306 rows 0.6–0.8×). On AVX2 the direct kernel's
+/// form did no better under the row limit (`conv_time` on a Zen 2 EPYC: 256 channels at 306
+/// rows the same speed, 1024 and 512 channels at 153 rows and 512 at 58 rows 0.35–0.6× this
+/// path), so there it has no such condition; against the im2col path this one was 1.18–1.21×
+/// at 256 channels and 306 rows, 1.4–2.1× at 512 and 153, 3.2× at 1024 and 153.
 pub(crate) fn conv_applies(isa: Isa, spec: &Conv1dSpec) -> bool {
     let max_rows = match isa {
         Isa::Avx512(_) => MAX_CONV_ROWS.min(spec.c_out),

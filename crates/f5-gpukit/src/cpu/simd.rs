@@ -78,6 +78,22 @@ impl Avx2Fma {
     }
 }
 
+/// The instruction set a hand-written f32 kernel with two forms runs on (the few-row GEMM's
+/// broadcast kernel, the direct convolution's tile kernel): AVX-512 F + VL, or AVX2 + FMA,
+/// whose form sums the same products in the same order, so it gives the AVX-512 form's bits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Isa {
+    Avx512(Avx512F),
+    Avx2(Avx2Fma),
+}
+
+impl Isa {
+    /// The widest this CPU has, or `None` (then neither form runs).
+    pub(crate) fn detect() -> Option<Self> {
+        Avx512F::detect().map(Isa::Avx512).or_else(|| Avx2Fma::detect().map(Isa::Avx2))
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx512() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl") && has_avx2()

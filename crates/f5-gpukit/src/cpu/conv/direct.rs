@@ -1,4 +1,5 @@
-//! Dense 1-D convolution, plain and transposed, in f32 on AVX-512 F, without an im2col matrix.
+//! Dense 1-D convolution, plain and transposed, in f32 on AVX-512 F or AVX2 + FMA, without an
+//! im2col matrix.
 //!
 //! `y[t] = bias + Σ_k x[src(t, k)] · W_k`: a 12×32 register tile of `y` is summed over every
 //! tap and input channel by FMAs whose A operand is broadcast straight from the input rows
@@ -9,8 +10,14 @@
 //! output is written once.
 //!
 //! Each output sums its products in (tap, channel) order after zero and then adds the bias, so
-//! the result does not depend on the blocking or the thread count. CPUs without AVX-512 F take
-//! the im2col + `gemm` crate path (`super::grouped`).
+//! the result does not depend on the blocking or the thread count.
+//!
+//! On AVX2 + FMA without AVX-512 the same packed panels and blocking run a second form of the
+//! tile kernel: each 12×32 tile as four 6×16 sub-tiles (12 accumulators in the 16 AVX2
+//! registers), every output summing the same products in the same order, so the bits are the
+//! AVX-512 form's. There it takes only convolutions of at least 32 input and 16 output channels
+//! ([`applies`]); the rest, and CPUs with neither, take the im2col + `gemm` crate path
+//! (`super::grouped`).
 //!
 //! A transposed convolution is one such convolution per output phase ([`conv_transpose1d_dense`]):
 //! the same tile kernel, its outputs every `stride`-th row.
@@ -19,7 +26,7 @@ use rayon::prelude::*;
 
 use super::{rows_read, tap_offsets};
 use crate::cpu::scratch::{with_scratch, with_scratch_usize, with_shared_scratch};
-pub(super) use crate::cpu::simd::Avx512F;
+pub(super) use crate::cpu::simd::Isa;
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec};
 
 /// Rows of the register tile: 12 rows × 2 vectors of 16 lanes = 24 accumulators, which with
@@ -32,8 +39,26 @@ const NR: usize = 32;
 /// every panel's tiles read them.
 const X_BLOCK_BYTES: usize = 256 * 1024;
 
+/// Whether the direct kernel takes a dense convolution (plain or transposed) of these channel
+/// counts on `isa`. On AVX-512 every one. On AVX2 only from [`AVX2_MIN_C_IN`] input and
+/// [`AVX2_MIN_C_OUT`] output channels: below those the im2col matrix and the `gemm` crate were
+/// faster on a Zen 2 (`conv_time`: 22 input channels 0.5–0.9×, one output channel 0.4×, where
+/// a 32-wide filter panel is almost all padding), and from them the direct kernel was
+/// 1.05–1.3× (Kokoro's decoder, F0/N blocks, text encoder, `conv_post` and first upsampler).
+pub(super) fn applies(isa: Isa, c_in: usize, c_out: usize) -> bool {
+    match isa {
+        Isa::Avx512(_) => true,
+        Isa::Avx2(_) => c_in >= AVX2_MIN_C_IN && c_out >= AVX2_MIN_C_OUT,
+    }
+}
+
+/// Fewest input channels the AVX2 direct kernel takes (see [`applies`]).
+const AVX2_MIN_C_IN: usize = 32;
+/// Fewest output channels the AVX2 direct kernel takes (see [`applies`]).
+const AVX2_MIN_C_OUT: usize = 16;
+
 /// `y = conv(x, w) + bias` for a dense (`groups == 1`) convolution; `spec` validated.
-pub(super) fn conv1d_dense(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+pub(super) fn conv1d_dense(isa: Isa, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
     debug_assert_eq!(spec.groups, 1, "conv1d_dense takes dense convolutions only");
     let Conv1dSpec { batch, n, c_in, c_out, kernel, .. } = *spec;
     let n_out = spec.n_out();
@@ -49,7 +74,7 @@ pub(super) fn conv1d_dense(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32]
         for b in 0..batch {
             let xb = &x[b * n * c_in..(b + 1) * n * c_in];
             let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
-            yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| conv_block(cpu, spec, xb, packed, bias, blk * rb, yblk));
+            yb.par_chunks_mut(rb * c_out).enumerate().for_each(|(blk, yblk)| conv_block(isa, spec, xb, packed, bias, blk * rb, yblk));
         }
     });
 }
@@ -93,7 +118,7 @@ fn pack_filters(spec: &Conv1dSpec, w: &[f32], j0: usize, panel: &mut [f32]) {
 /// Output rows `t0..t0 + yblk.len() / c_out` of one batch item: copies the input rows they
 /// read, tabulates each tile's source rows, and runs the tile kernel over every filter panel
 /// (outer: one panel stays in L2) and tile (inner).
-fn conv_block(cpu: Avx512F, spec: &Conv1dSpec, xb: &[f32], packed: &[f32], bias: Option<&[f32]>, t0: usize, yblk: &mut [f32]) {
+fn conv_block(isa: Isa, spec: &Conv1dSpec, xb: &[f32], packed: &[f32], bias: Option<&[f32]>, t0: usize, yblk: &mut [f32]) {
     let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
     let rows = yblk.len() / c_out;
     let tiles = rows.div_ceil(MR);
@@ -121,9 +146,9 @@ fn conv_block(cpu: Avx512F, spec: &Conv1dSpec, xb: &[f32], packed: &[f32], bias:
                     let out = &mut yblk[r0 * c_out + j0..(r0 + tile_rows - 1) * c_out + j0 + cols];
                     let offs = &offsets[ti * kernel * MR..(ti + 1) * kernel * MR];
                     if merged_taps(offs, MR, c_in, row_len) {
-                        tile_kernel(cpu, 1, kernel * c_in, &offs[..MR], copy, panel, bias, out, c_out, tile_rows);
+                        tile_kernel(isa, 1, kernel * c_in, &offs[..MR], copy, panel, bias, out, c_out, tile_rows);
                     } else {
-                        tile_kernel(cpu, kernel, c_in, offs, copy, panel, bias, out, c_out, tile_rows);
+                        tile_kernel(isa, kernel, c_in, offs, copy, panel, bias, out, c_out, tile_rows);
                     }
                 }
             }
@@ -142,7 +167,7 @@ fn conv_block(cpu: Avx512F, spec: &Conv1dSpec, xb: &[f32], packed: &[f32], bias:
 /// is not added into an output, and nothing is gathered afterwards. The GEMM + col2im path it
 /// replaces (kept for grouped filters and CPUs without AVX-512 F) multiplied every input row by
 /// every tap into a contribution matrix, then added those up row by row.
-pub(super) fn conv_transpose1d_dense(cpu: Avx512F, spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+pub(super) fn conv_transpose1d_dense(isa: Isa, spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
     debug_assert_eq!(spec.groups, 1, "conv_transpose1d_dense takes dense convolutions only");
     let ConvTranspose1dSpec { batch, n, c_in, c_out, kernel, stride, .. } = *spec;
     let n_out = spec.n_out();
@@ -170,7 +195,7 @@ pub(super) fn conv_transpose1d_dense(cpu: Avx512F, spec: &ConvTranspose1dSpec, x
             let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
             yb.par_chunks_mut(rb * c_out)
                 .enumerate()
-                .for_each(|(blk, yblk)| transposed_block(cpu, spec, xb, packed, panel_len, bias, blk * rb, yblk));
+                .for_each(|(blk, yblk)| transposed_block(isa, spec, xb, packed, panel_len, bias, blk * rb, yblk));
         }
     });
 }
@@ -207,7 +232,7 @@ fn pack_transposed_filters(spec: &ConvTranspose1dSpec, w: &[f32], r: usize, j0: 
 /// the tile kernel with an output stride of `stride` rows.
 #[allow(clippy::too_many_arguments)]
 fn transposed_block(
-    cpu: Avx512F,
+    isa: Isa,
     spec: &ConvTranspose1dSpec,
     xb: &[f32],
     packed: &[f32],
@@ -275,9 +300,9 @@ fn transposed_block(
                         let ldy = stride * c_out;
                         let out = &mut yblk[first * c_out + j0..(first + (tile_rows - 1) * stride) * c_out + j0 + cols];
                         if merged_taps(offs, MR, c_in, row_len) {
-                            tile_kernel(cpu, 1, taps * c_in, &offs[..MR], copy, panel, bias, out, ldy, tile_rows);
+                            tile_kernel(isa, 1, taps * c_in, &offs[..MR], copy, panel, bias, out, ldy, tile_rows);
                         } else {
-                            tile_kernel(cpu, taps, c_in, offs, copy, panel, bias, out, ldy, tile_rows);
+                            tile_kernel(isa, taps, c_in, offs, copy, panel, bias, out, ldy, tile_rows);
                         }
                     }
                 }
@@ -315,7 +340,7 @@ pub(crate) fn merged_taps(offsets: &[usize], mr: usize, per_tap: usize, row_len:
 /// panel's `out` width, `x(r, k)` the `c_in` values of `src` at `offsets[k·MR + r]`.
 #[allow(clippy::too_many_arguments)]
 fn tile_kernel(
-    cpu: Avx512F,
+    isa: Isa,
     taps: usize,
     c_in: usize,
     offsets: &[usize],
@@ -333,17 +358,21 @@ fn tile_kernel(
     assert!(offsets.len() == taps * MR && offsets.iter().all(|&o| o + c_in <= src.len()), "A offsets outside the input");
     assert!(panel.len() >= taps * c_in * NR, "filter panel too short");
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `cpu` proves AVX-512 F; every A read lies at an offset checked above, B reads
-    // within `taps·c_in·NR`, and the stores within `out` (its shape checked above).
+    // SAFETY: `isa` proves the instruction set its kernel needs; every A read lies at an offset
+    // checked above, B reads within `taps·c_in·NR`, and the stores within `out` (its shape
+    // checked above).
     unsafe {
-        let _ = cpu;
         let bias = bias.map_or(std::ptr::null(), |b| b.as_ptr());
-        x86::tile_kernel(taps, c_in, src.as_ptr(), offsets.as_ptr(), panel.as_ptr(), bias, out.as_mut_ptr(), ldy, rows, width);
+        let (src, offsets, panel, out) = (src.as_ptr(), offsets.as_ptr(), panel.as_ptr(), out.as_mut_ptr());
+        match isa {
+            Isa::Avx512(_) => x86::tile_kernel(taps, c_in, src, offsets, panel, bias, out, ldy, rows, width),
+            Isa::Avx2(_) => x86::tile_kernel_avx2(taps, c_in, src, offsets, panel, bias, out, ldy, rows, width),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (cpu, src, panel, out);
-        unreachable!("AVX-512 token off x86-64")
+        let _ = (isa, src, panel, out);
+        unreachable!("x86 token off x86-64")
     }
 }
 
@@ -431,6 +460,141 @@ mod x86 {
             } else {
                 // A copy indexed by a run-time count, so that `acc` itself is never indexed
                 // that way: that kept it in memory (zeroed by a memset per tile) throughout.
+                let partial = acc;
+                for (r, row) in partial.iter().enumerate().take(rows) {
+                    store(r, row);
+                }
+            }
+        }
+    }
+
+    /// Rows of the AVX2 kernel's sub-tile: 6 rows × 2 vectors of 8 lanes = 12 accumulators,
+    /// which with the two B vectors and the broadcast A value fits the 16 AVX2 registers.
+    const HALF_ROWS: usize = MR / 2;
+    /// Columns of the AVX2 kernel's sub-tile: half a filter panel.
+    const HALF_COLS: usize = NR / 2;
+
+    /// Mask of the first `n` of 8 lanes (`n` ≥ 8: all), as AVX2's masked loads and stores take it.
+    #[inline(always)]
+    unsafe fn lanes_avx2(n: usize) -> __m256i {
+        let n = n.min(8) as i32;
+        // SAFETY: plain AVX2 arithmetic; the callers run with it enabled.
+        unsafe { _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)) }
+    }
+
+    /// [`tile_kernel`] on AVX2 + FMA: the `MR`×`NR` tile as four 6×16 sub-tiles (row halves
+    /// outer, column halves inner), each over all taps and channels in registers. Every output
+    /// sums the same products in the same order as the AVX-512 kernel — FMAs from zero over
+    /// (tap, channel), then the bias added — so the bits are that kernel's.
+    ///
+    /// # Safety
+    /// AVX2 and FMA present; otherwise [`tile_kernel`]'s contract.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tile_kernel_avx2(
+        taps: usize,
+        c_in: usize,
+        src: *const f32,
+        offsets: *const usize,
+        b: *const f32,
+        bias: *const f32,
+        out: *mut f32,
+        ldy: usize,
+        rows: usize,
+        width: usize,
+    ) {
+        for r0 in (0..rows).step_by(HALF_ROWS) {
+            for j0 in (0..width).step_by(HALF_COLS) {
+                // SAFETY: the sub-tile's rows `r0..` and columns `j0..` lie inside the tile,
+                // whose reads and stores the caller's contract covers.
+                unsafe {
+                    sub_tile_avx2(
+                        taps,
+                        c_in,
+                        src,
+                        offsets,
+                        b,
+                        bias,
+                        out,
+                        ldy,
+                        (r0, (rows - r0).min(HALF_ROWS)),
+                        (j0, (width - j0).min(HALF_COLS)),
+                    )
+                }
+            }
+        }
+    }
+
+    /// Rows `r0 .. r0 + rows` and columns `j0 .. j0 + width` of [`tile_kernel_avx2`]'s tile.
+    ///
+    /// # Safety
+    /// As [`tile_kernel_avx2`], with `r0 + rows ≤ MR` and `j0 + width ≤ NR`, `j0` a multiple of
+    /// [`HALF_COLS`] and `r0` of [`HALF_ROWS`].
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sub_tile_avx2(
+        taps: usize,
+        c_in: usize,
+        src: *const f32,
+        offsets: *const usize,
+        b: *const f32,
+        bias: *const f32,
+        out: *mut f32,
+        ldy: usize,
+        (r0, rows): (usize, usize),
+        (j0, width): (usize, usize),
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; HALF_ROWS];
+        for k in 0..taps {
+            // SAFETY (whole block): offsets and B within the caller's contract; the sub-tile's
+            // rows past `rows` read their offsets too, which the caller keeps inside `src`.
+            unsafe {
+                let a: [*const f32; HALF_ROWS] = std::array::from_fn(|r| src.add(*offsets.add(k * MR + r0 + r)));
+                let bk = b.add(k * c_in * NR + j0);
+                for c in 0..c_in {
+                    let bp = bk.add(c * NR);
+                    let b0 = _mm256_loadu_ps(bp);
+                    let b1 = _mm256_loadu_ps(bp.add(8));
+                    for (row, ar) in acc.iter_mut().zip(a) {
+                        let v = _mm256_set1_ps(*ar.add(c));
+                        row[0] = _mm256_fmadd_ps(v, b0, row[0]);
+                        row[1] = _mm256_fmadd_ps(v, b1, row[1]);
+                    }
+                }
+            }
+        }
+        // SAFETY: bias reads and output stores are masked to the sub-tile's `width` columns and
+        // `rows` rows, inside the caller's contract.
+        unsafe {
+            // Whole 16-column sub-tiles (all but a narrow panel's last) load and store plainly:
+            // AVX2's masked store is microcoded on some cores (tens of cycles on Zen 2).
+            let full = width == HALF_COLS;
+            let (m0, m1) = (lanes_avx2(width), lanes_avx2(width.saturating_sub(8)));
+            let (bias0, bias1) = if bias.is_null() {
+                (_mm256_setzero_ps(), _mm256_setzero_ps())
+            } else if full {
+                (_mm256_loadu_ps(bias.add(j0)), _mm256_loadu_ps(bias.add(j0 + 8)))
+            } else {
+                (_mm256_maskload_ps(bias.add(j0), m0), _mm256_maskload_ps(bias.wrapping_add(j0 + 8), m1))
+            };
+            let store = |r: usize, row: &[__m256; 2]| {
+                let dst = out.add((r0 + r) * ldy + j0);
+                let (v0, v1) = (_mm256_add_ps(bias0, row[0]), _mm256_add_ps(bias1, row[1]));
+                if full {
+                    _mm256_storeu_ps(dst, v0);
+                    _mm256_storeu_ps(dst.add(8), v1);
+                } else {
+                    _mm256_maskstore_ps(dst, m0, v0);
+                    _mm256_maskstore_ps(dst.wrapping_add(8), m1, v1);
+                }
+            };
+            // Whole sub-tiles with a fixed trip count and partial ones through a copy, so the
+            // accumulators stay in registers (as in the AVX-512 kernel).
+            if rows == HALF_ROWS {
+                for (r, row) in acc.iter().enumerate() {
+                    store(r, row);
+                }
+            } else {
                 let partial = acc;
                 for (r, row) in partial.iter().enumerate().take(rows) {
                     store(r, row);

@@ -7,10 +7,23 @@
 //! reading the edge row, the bias left out) must break the f64 bound. The transposed
 //! convolution's phases are held to the same bound (`K·c_in` products at most per output);
 //! there the wrong variants are the taps taken in reverse order and the bias left out.
+//!
+//! Every kernel form the CPU runs is tested: AVX-512 where present, and AVX2 (which every
+//! AVX-512 CPU has too); where both run, the AVX2 form must give the AVX-512 form's bits.
+
+/// Every instruction set this CPU runs the tile kernel on.
+fn isas() -> Vec<Isa> {
+    let found: Vec<Isa> = Avx512F::detect().map(Isa::Avx512).into_iter().chain(Avx2Fma::detect().map(Isa::Avx2)).collect();
+    if found.is_empty() {
+        println!("direct convolution not run: this CPU has neither AVX-512 F nor AVX2 + FMA (the im2col path serves it)");
+    }
+    found
+}
 
 use super::super::f64_reference::values;
-use super::{conv1d_dense, conv_transpose1d_dense, merged_taps, Avx512F, MR};
+use super::{applies, conv1d_dense, conv_transpose1d_dense, merged_taps, Isa, MR};
 use crate::cpu::conv::{grouped, tap_offsets, transpose_by_gemm};
+use crate::cpu::simd::{Avx2Fma, Avx512F};
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, PadMode};
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -53,7 +66,8 @@ fn conv_f64(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: &[f32], variant: Vari
 }
 
 fn violations(got: &[f32], want: &[f64], mag: &[f64], rel: f64) -> usize {
-    got.iter().zip(want).zip(mag).filter(|((&g, &w), &m)| (g as f64 - w).abs() > rel * m + 1e-30).count()
+    // An output never written (NaN, as the tests fill `y`) counts too.
+    got.iter().zip(want).zip(mag).filter(|((&g, &w), &m)| g.is_nan() || (g as f64 - w).abs() > rel * m + 1e-30).count()
 }
 
 /// (batch, n, c_in, c_out, kernel, stride, dilation, pad): batch > 1 and odd `c_in`; dilation
@@ -78,30 +92,33 @@ fn shapes() -> Vec<Conv1dSpec> {
     ]
 }
 
-fn run(cpu: Avx512F, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: &[f32], threads: usize) -> Vec<f32> {
+fn run(isa: Isa, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: &[f32], threads: usize) -> Vec<f32> {
     let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
-    pool.install(|| conv1d_dense(cpu, spec, x, w, Some(bias), &mut y));
+    pool.install(|| conv1d_dense(isa, spec, x, w, Some(bias), &mut y));
+    y
+}
+
+fn run_transposed(isa: Isa, spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: &[f32], threads: usize) -> Vec<f32> {
+    let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
+    pool.install(|| conv_transpose1d_dense(isa, spec, x, w, Some(bias), &mut y));
     y
 }
 
 #[test]
 fn direct_conv_is_within_the_f32_bound_of_the_f64_conv_and_wrong_variants_are_not() {
-    let Some(cpu) = Avx512F::detect() else {
-        println!("direct conv1d not run: this CPU lacks AVX-512 F (the im2col path serves it)");
-        return;
-    };
-    for (i, spec) in shapes().into_iter().enumerate() {
+    for (isa, (i, spec)) in isas().into_iter().flat_map(|isa| shapes().into_iter().enumerate().map(move |s| (isa, s))) {
         let x = values(spec.batch * spec.n * spec.c_in, 10 + i as u64);
         let w = values(spec.c_out * spec.c_in * spec.kernel, 20 + i as u64);
         let bias = values(spec.c_out, 30 + i as u64);
         let rel = (spec.kernel * spec.c_in + 2) as f64 * 2f64.powi(-24);
-        let got = run(cpu, &spec, &x, &w, &bias, 3);
+        let got = run(isa, &spec, &x, &w, &bias, 3);
         let (want, mag) = conv_f64(&spec, &x, &w, &bias, Variant::Exact);
-        assert_eq!(violations(&got, &want, &mag, rel), 0, "{spec:?}: outputs outside the f32 bound");
+        assert_eq!(violations(&got, &want, &mag, rel), 0, "{isa:?} {spec:?}: outputs outside the f32 bound");
         // Each output's sum order does not depend on the blocking: one thread gives the same bits.
         assert!(
-            run(cpu, &spec, &x, &w, &bias, 1).iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+            run(isa, &spec, &x, &w, &bias, 1).iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
             "{spec:?}: thread count changed the result"
         );
         let mut wrongs = vec![Variant::TapOffByOne, Variant::NoBias];
@@ -188,25 +205,16 @@ fn transposed_shapes() -> Vec<ConvTranspose1dSpec> {
 
 #[test]
 fn direct_transposed_conv_is_within_the_f32_bound_and_wrong_variants_are_not() {
-    let Some(cpu) = Avx512F::detect() else {
-        println!("direct conv_transpose1d not run: this CPU lacks AVX-512 F (the GEMM path serves it)");
-        return;
-    };
-    for (i, spec) in transposed_shapes().into_iter().enumerate() {
+    for (isa, (i, spec)) in isas().into_iter().flat_map(|isa| transposed_shapes().into_iter().enumerate().map(move |s| (isa, s))) {
         let x = values(spec.batch * spec.n * spec.c_in, 40 + i as u64);
         let w = values(spec.c_in * spec.c_out * spec.kernel, 50 + i as u64);
         let bias = values(spec.c_out, 60 + i as u64);
         let rel = (spec.kernel * spec.c_in + 2) as f64 * 2f64.powi(-24);
         let len = spec.batch * spec.n_out() * spec.c_out;
-        let run = |threads: usize| {
-            let mut y = vec![f32::NAN; len];
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
-            pool.install(|| conv_transpose1d_dense(cpu, &spec, &x, &w, Some(&bias), &mut y));
-            y
-        };
+        let run = |threads: usize| run_transposed(isa, &spec, &x, &w, &bias, threads);
         let got = run(3);
         let (want, mag) = transpose_f64(&spec, &x, &w, &bias, false, true);
-        assert_eq!(violations(&got, &want, &mag, rel), 0, "{spec:?}: outputs outside the f32 bound");
+        assert_eq!(violations(&got, &want, &mag, rel), 0, "{isa:?} {spec:?}: outputs outside the f32 bound");
         assert!(run(1).iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{spec:?}: thread count changed the result");
         if spec.kernel > 1 {
             let (bad, _) = transpose_f64(&spec, &x, &w, &bias, true, true);
@@ -220,4 +228,45 @@ fn direct_transposed_conv_is_within_the_f32_bound_and_wrong_variants_are_not() {
         let got64: Vec<f64> = got.iter().map(|&v| v as f64).collect();
         assert_eq!(violations(&by_gemm, &got64, &mag, 2.0 * rel), 0, "{spec:?}: direct and GEMM paths disagree");
     }
+}
+
+/// The AVX2 form of the tile kernel gives the AVX-512 form's bits, plain and transposed, on
+/// every test shape: the same products summed in the same order. Needs an AVX-512 CPU.
+#[test]
+fn the_avx2_tile_kernel_gives_the_avx512_bits() {
+    let (Some(wide), Some(narrow)) = (Avx512F::detect(), Avx2Fma::detect()) else {
+        println!("skipped: comparing the two forms needs an AVX-512 CPU");
+        return;
+    };
+    let (wide, narrow) = (Isa::Avx512(wide), Isa::Avx2(narrow));
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for (i, spec) in shapes().into_iter().enumerate() {
+        let x = values(spec.batch * spec.n * spec.c_in, 10 + i as u64);
+        let w = values(spec.c_out * spec.c_in * spec.kernel, 20 + i as u64);
+        let bias = values(spec.c_out, 30 + i as u64);
+        assert_eq!(bits(&run(narrow, &spec, &x, &w, &bias, 2)), bits(&run(wide, &spec, &x, &w, &bias, 2)), "{spec:?}");
+    }
+    for (i, spec) in transposed_shapes().into_iter().enumerate() {
+        let x = values(spec.batch * spec.n * spec.c_in, 40 + i as u64);
+        let w = values(spec.c_in * spec.c_out * spec.kernel, 50 + i as u64);
+        let bias = values(spec.c_out, 60 + i as u64);
+        let (a, b) = (run_transposed(narrow, &spec, &x, &w, &bias, 2), run_transposed(wide, &spec, &x, &w, &bias, 2));
+        assert_eq!(bits(&a), bits(&b), "{spec:?}");
+    }
+}
+
+/// AVX-512 takes every dense convolution; AVX2 none with fewer than 32 input or 16 output
+/// channels (Kokoro's 22-row source spectrum, its one-channel F0/N projections), and the rest.
+#[test]
+fn the_avx2_kernel_leaves_narrow_convolutions_to_the_im2col_path() {
+    if let Some(cpu) = Avx512F::detect() {
+        assert!(applies(Isa::Avx512(cpu), 22, 128) && applies(Isa::Avx512(cpu), 256, 1));
+    }
+    let Some(cpu) = Avx2Fma::detect() else {
+        println!("skipped: this CPU lacks AVX2 + FMA");
+        return;
+    };
+    let avx2 = Isa::Avx2(cpu);
+    assert!(!applies(avx2, 22, 128) && !applies(avx2, 22, 256) && !applies(avx2, 256, 1) && !applies(avx2, 31, 64));
+    assert!(applies(avx2, 32, 16) && applies(avx2, 128, 22) && applies(avx2, 1024, 1024) && applies(avx2, 512, 256));
 }
