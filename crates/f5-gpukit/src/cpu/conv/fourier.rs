@@ -56,10 +56,22 @@ const PARTS: usize = 3;
 
 /// Widest kernel taken: at least 32 valid outputs per tile.
 const MAX_KERNEL: usize = TILE / 2 + 1;
-/// Spectrum values held per chunk (input and output spectra together, 16 MB): bounds the scratch
-/// on long inputs while keeping each bin's GEMMs over 80+ tiles, so its filters are reused
-/// (chunks of 2 and 4 MB measured 5–20% slower on 128 channels, 8 MB about the same).
+/// Spectrum values held per chunk (input and output spectra together, 16 MB), unless that is
+/// fewer than [`MIN_CHUNK_TILES`] tiles: bounds the scratch on long inputs while keeping each
+/// bin's GEMMs over 160+ tiles, so its filters are reused (chunks of 2 and 4 MB measured 5–20%
+/// slower on 128 channels, 8 MB about the same).
 const CHUNK_VALUES: usize = 1 << 22;
+/// Fewest tiles per chunk: each chunk reads the whole filter spectrum (26 MB at 256 × 256
+/// channels, more than a 2-core VM's share of L3), once per bin GEMM over the chunk's tiles, so
+/// with too few tiles that read is what bounds the products. At 256 channels 16 MB holds 82
+/// tiles; 160 (32 MB) measured 1.17–1.22× on `conv_time`'s 256-channel k7/k11 shapes on a Zen 2
+/// EPYC, and more the same again. At 128 channels 16 MB already holds 165.
+const MIN_CHUNK_TILES: usize = 160;
+
+/// The spectrum values per chunk for `spec`: [`CHUNK_VALUES`], or [`MIN_CHUNK_TILES`] tiles.
+fn chunk_values(spec: &Conv1dSpec) -> usize {
+    CHUNK_VALUES.max(MIN_CHUNK_TILES * BINS * PARTS * (spec.c_in + spec.c_out))
+}
 
 /// Most filter pairs (`c_in·c_out`) taken: their spectrum, `3·BINS·c_in·c_out` floats (26 MB at
 /// 256 × 256), is made per call and its scratch kept for the next, so past this it would cost
@@ -113,7 +125,7 @@ fn bit_reversed(m: usize) -> usize {
 /// `y = conv(x, w) + bias` for a spec that [`suits`]; `x [batch, n, c_in]`, `w [c_out, c_in, K]`
 /// (PyTorch's layout), `y [batch, n_out, c_out]`.
 pub(crate) fn conv1d_fft(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    conv1d_in_chunks(spec, x, w, bias, y, Around::default(), CHUNK_VALUES);
+    conv1d_in_chunks(spec, x, w, bias, y, Around::default(), chunk_values(spec));
 }
 
 /// A function of the batch item and one input row (`c_in` values) that gives the row the
@@ -137,7 +149,7 @@ pub(crate) struct Around<'a> {
 /// statistics and once here, and writes only `y`, where the three ops apart write and read
 /// two more activations.
 pub(crate) fn conv1d_fft_around(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], around: Around<'_>) {
-    conv1d_in_chunks(spec, x, w, bias, y, around, CHUNK_VALUES);
+    conv1d_in_chunks(spec, x, w, bias, y, around, chunk_values(spec));
 }
 
 /// [`conv1d_fft_around`] with at most `chunk_values` spectrum values per chunk (at least one
