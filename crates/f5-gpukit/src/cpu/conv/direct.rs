@@ -42,9 +42,10 @@ const X_BLOCK_BYTES: usize = 256 * 1024;
 /// Whether the direct kernel takes a dense convolution (plain or transposed) of these channel
 /// counts on `isa`. On AVX-512 every one. On AVX2 only from [`AVX2_MIN_C_IN`] input and
 /// [`AVX2_MIN_C_OUT`] output channels: below those the im2col matrix and the `gemm` crate were
-/// faster on a Zen 2 (`conv_time`: 22 input channels 0.5–0.9×, one output channel 0.4×, where
-/// a 32-wide filter panel is almost all padding), and from them the direct kernel was
-/// 1.05–1.3× (Kokoro's decoder, F0/N blocks, text encoder, `conv_post` and first upsampler).
+/// as fast or faster on a Zen 2 (`conv_time`: 22 input channels 0.87–0.9× at k12 stride 6 and
+/// 0.9–1.0× at k1; one output channel 0.4×, where a 32-wide filter panel is almost all
+/// padding), and from them the direct kernel was 1.05–1.3× (Kokoro's decoder, F0/N blocks,
+/// text encoder, `conv_post` and first upsampler).
 pub(super) fn applies(isa: Isa, c_in: usize, c_out: usize) -> bool {
     match isa {
         Isa::Avx512(_) => true,
@@ -165,7 +166,7 @@ fn conv_block(isa: Isa, spec: &Conv1dSpec, xb: &[f32], packed: &[f32], bias: Opt
 /// every `stride`-th row. So each phase runs the dense tile kernel above (the output stride is
 /// `stride` rows) with its own filter panels, packed once per call; nothing is multiplied that
 /// is not added into an output, and nothing is gathered afterwards. The GEMM + col2im path it
-/// replaces (kept for grouped filters and CPUs without AVX-512 F) multiplied every input row by
+/// replaces (kept for grouped filters and where [`applies`] says no) multiplied every input row by
 /// every tap into a contribution matrix, then added those up row by row.
 pub(super) fn conv_transpose1d_dense(isa: Isa, spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
     debug_assert_eq!(spec.groups, 1, "conv_transpose1d_dense takes dense convolutions only");
