@@ -1,15 +1,5 @@
 use super::{applies, broadcast_k_block, gemm, k_block, Isa, AVX2_MAX_ROWS, BROADCAST_MIN_ROWS, MAX_ROWS, NR, SUB_K};
 use crate::cpu::simd::{Avx2Fma, Avx512F};
-
-/// Every instruction set this CPU runs the kernels on: AVX-512 where present, and AVX2 (which
-/// every AVX-512 CPU has too), so that an AVX-512 machine tests both forms.
-fn isas() -> Vec<Isa> {
-    let found: Vec<Isa> = Avx512F::detect().map(Isa::Avx512).into_iter().chain(Avx2Fma::detect().map(Isa::Avx2)).collect();
-    if found.is_empty() {
-        eprintln!("skipped: this CPU has neither AVX-512 F nor AVX2 + FMA (the few-row kernels are not used here)");
-    }
-    found
-}
 use crate::spec::{GemmSpec, MatLayout};
 
 /// Deterministic values in [-1, 1).
@@ -108,7 +98,7 @@ fn matches_f64_within_the_rounding_bound_on_every_edge() {
     ];
     assert!(k_block(MAX_ROWS, 1000) < 1000, "the last shape must take more than one k block");
     assert!(broadcast_k_block(2048) < 2048, "58 × 2048 must take more than one k block");
-    for isa in isas() {
+    for isa in Isa::every() {
         for (case, &(m, n, k)) in shapes.iter().enumerate() {
             for beta in [0.0, 1.0] {
                 let spec = linear_spec(m, n, k, k + 2, n + 3, beta);
@@ -153,7 +143,7 @@ fn the_bound_catches_a_dropped_product() {
 
 #[test]
 fn bits_do_not_depend_on_the_thread_count() {
-    for isa in isas() {
+    for isa in Isa::every() {
         for &(m, n, k) in &[(BROADCAST_MIN_ROWS - 1, 500, 300), (58, 2304, 768), (MAX_ROWS, 300, 1000)] {
             let spec = linear_spec(m, n, k, k, n, 0.0);
             if !applies(isa, &spec) {
@@ -188,7 +178,7 @@ fn the_avx2_broadcast_kernel_gives_the_avx512_bits() {
 
 #[test]
 fn takes_only_few_row_products_with_k_contiguous_operands() {
-    for isa in isas() {
+    for isa in Isa::every() {
         let linear = GemmSpec::linear(58, 768, 2304);
         assert!(applies(isa, &linear));
         assert!(!applies(isa, &GemmSpec::linear(MAX_ROWS + 1, 768, 2304)), "too many rows");
@@ -219,7 +209,6 @@ fn takes_only_few_row_products_with_k_contiguous_operands() {
 /// ignored, bias dropped) lands over 100× further.
 mod conv {
     use super::super::{broadcast_k_block, conv1d, conv_applies, Isa, MAX_CONV_ROWS};
-    use super::isas;
     use crate::cpu::conv::f64_reference::{check_against_f64, check_without_bias_twice, conv_f64, rel_l2, values, Variant};
     use crate::spec::{Conv1dSpec, PadMode};
 
@@ -246,7 +235,7 @@ mod conv {
     fn matches_f64_and_not_the_wrong_variants() {
         let last = *shapes().last().expect("shapes");
         assert!(broadcast_k_block(last.c_in * last.kernel) < last.c_in * last.kernel, "the last shape must take more than one k block");
-        for isa in isas() {
+        for isa in Isa::every() {
             for spec in shapes() {
                 assert!(conv_applies(isa, &spec), "{spec:?} must be a few-row convolution on {isa:?}");
                 check_against_f64(spec, TOLERANCE, |s, x, w, b, y| conv1d(isa, s, x, w, b, y));
@@ -265,7 +254,7 @@ mod conv {
             pool.install(|| conv1d(isa, &spec, &x, &w, Some(&bias), &mut y));
             y
         };
-        let found = isas();
+        let found = Isa::every();
         for &isa in &found {
             let one = run(isa, 1);
             assert!(run(isa, 2) == one && run(isa, 3) == one, "{isa:?}: the thread count changed the bits");
@@ -290,7 +279,7 @@ mod conv {
             .collect();
         let want = conv_f64(&Conv1dSpec::new(1, n + 2 * pad, c_in, c_out, kernel), &padded, &w, &bias, Variant::Exact);
         let zero_padded = conv_f64(&Conv1dSpec::new(1, n, c_in, c_out, kernel).pad(pad), &x, &w, &bias, Variant::Exact);
-        for isa in isas() {
+        for isa in Isa::every() {
             let mut y = vec![f32::NAN; n * c_out];
             conv1d(isa, &spec, &x, &w, Some(&bias), &mut y);
             let err = rel_l2(&y, &want);
@@ -303,7 +292,7 @@ mod conv {
     #[test]
     fn takes_only_dense_convolutions_with_few_rows() {
         let at = |n| Conv1dSpec::new(1, n, 64, 512, 3).pad(1);
-        for isa in isas() {
+        for isa in Isa::every() {
             assert!(conv_applies(isa, &at(153)));
             let more_rows_than_channels = conv_applies(isa, &Conv1dSpec::new(1, 153, 64, 152, 3).pad(1));
             // Only the direct kernel (AVX-512) beats this path there; AVX2's im2col path does not.

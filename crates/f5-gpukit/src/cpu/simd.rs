@@ -61,7 +61,7 @@ impl Avx512F {
 /// Proof that this CPU executes AVX2 and FMA: only [`Avx2Fma::detect`] makes one, so holding
 /// it makes the kernels that take it (`target_feature` `avx2,fma`) sound to call. For the
 /// hand-written kernels that have an AVX2 form beside the AVX-512 one (the few-row GEMM's
-/// broadcast kernel), on CPUs without AVX-512.
+/// broadcast kernel, the direct convolution's tile kernel), on CPUs without AVX-512.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Avx2Fma(());
 
@@ -91,6 +91,17 @@ impl Isa {
     /// The widest this CPU has, or `None` (then neither form runs).
     pub(crate) fn detect() -> Option<Self> {
         Avx512F::detect().map(Isa::Avx512).or_else(|| Avx2Fma::detect().map(Isa::Avx2))
+    }
+
+    /// Every form this CPU runs, for the tests: AVX-512 where present, and AVX2 (which every
+    /// AVX-512 CPU has too), so that an AVX-512 machine tests both. Says so where it is none.
+    #[cfg(test)]
+    pub(crate) fn every() -> Vec<Self> {
+        let found: Vec<Isa> = Avx512F::detect().map(Isa::Avx512).into_iter().chain(Avx2Fma::detect().map(Isa::Avx2)).collect();
+        if found.is_empty() {
+            println!("skipped: this CPU has neither AVX-512 F nor AVX2 + FMA (the kernels with both forms do not run here)");
+        }
+        found
     }
 }
 

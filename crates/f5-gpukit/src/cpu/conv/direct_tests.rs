@@ -11,15 +11,6 @@
 //! Every kernel form the CPU runs is tested: AVX-512 where present, and AVX2 (which every
 //! AVX-512 CPU has too); where both run, the AVX2 form must give the AVX-512 form's bits.
 
-/// Every instruction set this CPU runs the tile kernel on.
-fn isas() -> Vec<Isa> {
-    let found: Vec<Isa> = Avx512F::detect().map(Isa::Avx512).into_iter().chain(Avx2Fma::detect().map(Isa::Avx2)).collect();
-    if found.is_empty() {
-        println!("direct convolution not run: this CPU has neither AVX-512 F nor AVX2 + FMA (the im2col path serves it)");
-    }
-    found
-}
-
 use super::super::f64_reference::values;
 use super::{applies, conv1d_dense, conv_transpose1d_dense, merged_taps, Isa, MR};
 use crate::cpu::conv::{grouped, tap_offsets, transpose_by_gemm};
@@ -108,7 +99,7 @@ fn run_transposed(isa: Isa, spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bi
 
 #[test]
 fn direct_conv_is_within_the_f32_bound_of_the_f64_conv_and_wrong_variants_are_not() {
-    for (isa, (i, spec)) in isas().into_iter().flat_map(|isa| shapes().into_iter().enumerate().map(move |s| (isa, s))) {
+    for (isa, (i, spec)) in Isa::every().into_iter().flat_map(|isa| shapes().into_iter().enumerate().map(move |s| (isa, s))) {
         let x = values(spec.batch * spec.n * spec.c_in, 10 + i as u64);
         let w = values(spec.c_out * spec.c_in * spec.kernel, 20 + i as u64);
         let bias = values(spec.c_out, 30 + i as u64);
@@ -205,7 +196,7 @@ fn transposed_shapes() -> Vec<ConvTranspose1dSpec> {
 
 #[test]
 fn direct_transposed_conv_is_within_the_f32_bound_and_wrong_variants_are_not() {
-    for (isa, (i, spec)) in isas().into_iter().flat_map(|isa| transposed_shapes().into_iter().enumerate().map(move |s| (isa, s))) {
+    for (isa, (i, spec)) in Isa::every().into_iter().flat_map(|isa| transposed_shapes().into_iter().enumerate().map(move |s| (isa, s))) {
         let x = values(spec.batch * spec.n * spec.c_in, 40 + i as u64);
         let w = values(spec.c_in * spec.c_out * spec.kernel, 50 + i as u64);
         let bias = values(spec.c_out, 60 + i as u64);

@@ -9,7 +9,7 @@
 //! rounding to each operand: measured 2.1–2.9e-7, against 1.8–2.3e-7 with the schoolbook four.
 
 use super::super::f64_reference::{check_against_f64, check_fused_residual, check_without_bias_twice};
-use super::{conv1d_fft, conv1d_in_chunks, suits, Around, BINS, PARTS, TILE};
+use super::{chunk_values, conv1d_fft, conv1d_in_chunks, suits, Around, BINS, CHUNK_VALUES, MIN_CHUNK_TILES, PARTS, TILE};
 use crate::spec::{Conv1dSpec, PadMode};
 
 const TOLERANCE: f64 = 2e-6;
@@ -75,4 +75,16 @@ fn the_f32_backend_fuses_norm_snake_and_residual_into_this_path() {
     let conv = Conv1dSpec::new(2, 300, 64, 64, 7).dilation(3).pad(9);
     assert!(suits(&conv));
     check_fused_residual(conv);
+}
+
+/// A chunk holds at least `MIN_CHUNK_TILES` tiles (Kokoro's 256-channel convolutions: twice the
+/// 16 MB budget) and never less than `CHUNK_VALUES` (its 128-channel ones keep the budget).
+#[test]
+fn a_chunk_holds_the_fewest_tiles_that_amortise_the_filter_spectrum() {
+    let per_tile = |c: usize| BINS * PARTS * 2 * c;
+    let wide = Conv1dSpec::new(1, 30_000, 256, 256, 7).pad(3);
+    assert!(chunk_values(&wide) / per_tile(256) >= MIN_CHUNK_TILES && chunk_values(&wide) > CHUNK_VALUES);
+    let narrow = Conv1dSpec::new(1, 30_000, 128, 128, 11).pad(5);
+    assert_eq!(chunk_values(&narrow), CHUNK_VALUES);
+    assert!(CHUNK_VALUES / per_tile(128) >= MIN_CHUNK_TILES);
 }
