@@ -16,7 +16,8 @@
 //! 2. per bin, three real GEMMs over every tile of the chunk (Gauss's products, [`PARTS`]):
 //!    each tile's `Re U + Im U`, `Re U` and `Im U` rows times `Re W`, `Im W − Re W` and
 //!    `Re W + Im W` (`tiles × c_in` by `c_in × c_out`), where `W` is the filters' spectrum,
-//!    computed once per call; the three products pair up into `U·W` in step 3;
+//!    computed once per call (on a call of one chunk, bin by bin just before each bin's
+//!    products, so it is never held whole); the three products pair up into `U·W` in step 3;
 //! 3. each tile's inverse transform (the output channels' halves packed the same way), whose
 //!    first `65 − K` rows are outputs, plus the bias.
 //!
@@ -73,8 +74,23 @@ fn chunk_values(spec: &Conv1dSpec) -> usize {
     CHUNK_VALUES.max(MIN_CHUNK_TILES * BINS * PARTS * (spec.c_in + spec.c_out))
 }
 
+/// How a call makes the filters' spectrum.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum FilterSpectrum {
+    /// Whole, once per call, before the first chunk: every chunk's GEMMs read it. (Calls of
+    /// several chunks make it so under either choice; the tests ask for it on one chunk too.)
+    #[cfg_attr(not(test), allow(dead_code))]
+    Whole,
+    /// Where the call is a single chunk (a sentence's every 256-channel convolution), bin by
+    /// bin, each into a task's scratch just before that bin's GEMMs: those GEMMs are its only
+    /// readers, so it is read from cache, not written to memory and read back, and the scratch
+    /// holds one bin (0.8 MB at 256 × 256 channels) where the whole is 26 MB, the largest scratch
+    /// buffer of Kokoro's forward on a sentence. Several chunks make it whole.
+    PerBinOnOneChunk,
+}
+
 /// Most filter pairs (`c_in·c_out`) taken: their spectrum, `3·BINS·c_in·c_out` floats (26 MB at
-/// 256 × 256), is made per call and its scratch kept for the next, so past this it would cost
+/// 256 × 256), is made per call and, on a long input, held whole in scratch kept for the next, so past this it would cost
 /// more memory than the weights by far (20× a 5-tap filter's size) for a small gain: at 512 × 512
 /// (Kokoro's text encoder) 104 MB.
 const MAX_FILTER_PAIRS: usize = 256 * 256;
@@ -125,7 +141,7 @@ fn bit_reversed(m: usize) -> usize {
 /// `y = conv(x, w) + bias` for a spec that [`suits`]; `x [batch, n, c_in]`, `w [c_out, c_in, K]`
 /// (PyTorch's layout), `y [batch, n_out, c_out]`.
 pub(crate) fn conv1d_fft(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    conv1d_in_chunks(spec, x, w, bias, y, Around::default(), chunk_values(spec));
+    conv1d_in_chunks(spec, x, w, bias, y, Around::default(), chunk_values(spec), FilterSpectrum::PerBinOnOneChunk);
 }
 
 /// A function of the batch item and one input row (`c_in` values) that gives the row the
@@ -149,12 +165,23 @@ pub(crate) struct Around<'a> {
 /// statistics and once here, and writes only `y`, where the three ops apart write and read
 /// two more activations.
 pub(crate) fn conv1d_fft_around(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], around: Around<'_>) {
-    conv1d_in_chunks(spec, x, w, bias, y, around, chunk_values(spec));
+    conv1d_in_chunks(spec, x, w, bias, y, around, chunk_values(spec), FilterSpectrum::PerBinOnOneChunk);
 }
 
 /// [`conv1d_fft_around`] with at most `chunk_values` spectrum values per chunk (at least one
-/// tile column's), so the tests can cross chunk boundaries on small inputs.
-fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], around: Around<'_>, chunk_values: usize) {
+/// tile column's), so the tests can cross chunk boundaries on small inputs, and the filters'
+/// spectrum made as `spectrum` says.
+#[allow(clippy::too_many_arguments)]
+fn conv1d_in_chunks(
+    spec: &Conv1dSpec,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    around: Around<'_>,
+    chunk_values: usize,
+    spectrum: FilterSpectrum,
+) {
     let Conv1dSpec { c_in, c_out, kernel, dilation: d, .. } = *spec;
     let n_out = spec.n_out();
     if n_out == 0 || c_out == 0 {
@@ -167,8 +194,20 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
     let per_tile = BINS * PARTS * (c_in + c_out);
     let chunk_columns = (chunk_values / (per_tile * d)).clamp(1, columns);
     let tw = twiddles();
-    with_shared_scratch(BINS * c_in * PARTS * c_out, |wspec| {
-        filter_spectrum(spec, w, wspec);
+    let per_bin = c_in * PARTS * c_out;
+    let per_bin_spectrum = spectrum == FilterSpectrum::PerBinOnOneChunk && spec.batch == 1 && chunk_columns == columns;
+    // The whole spectrum, or every input channel's taps as rows over the output channels, which
+    // each bin's spectrum is made from.
+    let held = if per_bin_spectrum { c_in * kernel * c_out } else { BINS * per_bin };
+    with_shared_scratch(held, |wspec| {
+        if per_bin_spectrum {
+            wspec.par_chunks_mut(SPECTRUM_CHANNELS * kernel * c_out).enumerate().for_each(|(blk, taps)| {
+                let ci0 = blk * SPECTRUM_CHANNELS;
+                transpose_taps(&w[ci0 * kernel..], c_in * kernel, taps.len() / c_out, taps);
+            });
+        } else {
+            filter_spectrum(spec, w, wspec);
+        }
         let wspec = &*wspec;
         let chunk_tiles = chunk_columns * d;
         with_shared_scratch(chunk_tiles * per_tile, |spectra| {
@@ -188,26 +227,41 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
                 //    block apart) times the filters' matching part, into `[tile][k1 | k2 | k3]
                 //    [bin][c_out]`: each tile's products again one contiguous block, which step 3
                 //    streams through instead of gathering rows spread over the chunk.
+                //    With the spectrum made per bin, one task a bin: its operands into the
+                //    task's scratch, then its three products.
                 let s_in = &*s_in;
                 let s_out = &mut s_out[..tiles * BINS * PARTS * c_out];
                 let dst = SharedOut(s_out.as_mut_ptr(), s_out.len());
-                (0..BINS * PARTS).into_par_iter().for_each(|task| {
-                    let (f, part) = (task / PARTS, task % PARTS);
+                let product = |f: usize, part: usize, operands: &[f32], at: usize| {
                     let g = GemmSpec {
                         m: tiles,
                         n: c_out,
                         k: c_in,
                         batch: 1,
                         a: MatLayout::row_major(PARTS * BINS * c_in).at((part * BINS + f) * c_in),
-                        b: MatLayout::row_major(PARTS * c_out).at(f * c_in * PARTS * c_out + part * c_out),
+                        b: MatLayout::row_major(PARTS * c_out).at(at + part * c_out),
                         c: MatLayout::row_major(PARTS * BINS * c_out).at((part * BINS + f) * c_out),
                         beta: 0.0,
                     };
                     // SAFETY: the spec addresses `tiles` rows of `c_out` values, one tile block
                     // apart from (part, bin)'s offset, inside `s_out` ([`SharedOut::gemm`]
                     // checks) and disjoint from every other task's; A and B are other buffers.
-                    unsafe { dst.gemm(&g, s_in, wspec) };
-                });
+                    unsafe { dst.gemm(&g, s_in, operands) };
+                };
+                if per_bin_spectrum {
+                    let coefficients = spectrum_coefficients(kernel);
+                    (0..BINS).into_par_iter().for_each(|f| {
+                        with_scratch(per_bin, |operands| {
+                            bin_operands(spec, wspec, &coefficients, f, operands);
+                            (0..PARTS).for_each(|part| product(f, part, operands, 0));
+                        })
+                    });
+                } else {
+                    (0..BINS * PARTS).into_par_iter().for_each(|task| {
+                        let f = task / PARTS;
+                        product(f, task % PARTS, wspec, f * per_bin);
+                    });
+                }
                 // 3. Inverse transforms, one tile column (all d phases: whole output rows) each.
                 let s_out = &*s_out;
                 let rows0 = j0 * valid * d;
@@ -232,12 +286,12 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
 /// cache while all the bins are computed from them.
 const SPECTRUM_CHANNELS: usize = 16;
 
-/// The filters' spectrum, scaled by `1 / TILE` (the inverse transform's factor), as each bin's
-/// GEMM operands `[Re W | Im W − Re W | Re W + Im W]` (`c_in × 3c_out`, [`PARTS`]), bin after bin. `W[f][ci][co] = Σ_k
-/// w[co][ci][k]·e^{+2πifk/TILE}`: the conjugate of the filter's DFT, because a convolution
-/// layer correlates (`y[s] = Σ_k w[k]·x[s + k]`).
-fn filter_spectrum(spec: &Conv1dSpec, w: &[f32], out: &mut [f32]) {
-    let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
+/// Per bin and tap, the filter spectrum's coefficients: cosines, then sines.
+type Coefficients = ([[f32; MAX_KERNEL]; BINS], [[f32; MAX_KERNEL]; BINS]);
+
+/// `e^{+2πifk/TILE} / TILE` for every bin `f` and tap `k < kernel`, as cosines and sines, each
+/// rounded once from f64: the filter spectrum's coefficients.
+fn spectrum_coefficients(kernel: usize) -> Coefficients {
     let mut cos = [[0.0f32; MAX_KERNEL]; BINS];
     let mut sin = [[0.0f32; MAX_KERNEL]; BINS];
     for f in 0..BINS {
@@ -248,6 +302,39 @@ fn filter_spectrum(spec: &Conv1dSpec, w: &[f32], out: &mut [f32]) {
             sin[f][k] = (a.sin() / TILE as f64) as f32;
         }
     }
+    (cos, sin)
+}
+
+/// Bin `f`'s GEMM operands (as [`filter_spectrum`] makes each bin's, the same values) into
+/// `out` (`c_in × 3c_out`), from every input channel's taps as rows over the output channels
+/// (`taps`: `[c_in][kernel][c_out]`, [`transpose_taps`]).
+/// `coefficients` are [`spectrum_coefficients`]'s.
+#[allow(clippy::type_complexity)]
+fn bin_operands(
+    spec: &Conv1dSpec,
+    taps: &[f32],
+    coefficients: &([[f32; MAX_KERNEL]; BINS], [[f32; MAX_KERNEL]; BINS]),
+    f: usize,
+    out: &mut [f32],
+) {
+    let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
+    // `filter_bins` reads the first row of the tables for the first (only) bin it is given.
+    let (mut cos_f, mut sin_f) = ([[0.0f32; MAX_KERNEL]; BINS], [[0.0f32; MAX_KERNEL]; BINS]);
+    (cos_f[0], sin_f[0]) = (coefficients.0[f], coefficients.1[f]);
+    let row = PARTS * c_out;
+    let mut bin = [&mut out[..c_in * row]];
+    for ci in 0..c_in {
+        filter_bins(&taps[ci * kernel * c_out..(ci + 1) * kernel * c_out], kernel, &cos_f, &sin_f, &mut bin, ci * row);
+    }
+}
+
+/// The filters' spectrum, scaled by `1 / TILE` (the inverse transform's factor), as each bin's
+/// GEMM operands `[Re W | Im W − Re W | Re W + Im W]` (`c_in × 3c_out`, [`PARTS`]), bin after bin. `W[f][ci][co] = Σ_k
+/// w[co][ci][k]·e^{+2πifk/TILE}`: the conjugate of the filter's DFT, because a convolution
+/// layer correlates (`y[s] = Σ_k w[k]·x[s + k]`).
+fn filter_spectrum(spec: &Conv1dSpec, w: &[f32], out: &mut [f32]) {
+    let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
+    let (cos, sin) = spectrum_coefficients(kernel);
     let row = PARTS * c_out;
     let out = &mut out[..BINS * c_in * row];
     // Task `blk` owns, in every bin, the rows of its block of input channels (contiguous within

@@ -8,8 +8,8 @@
 //! the dilation ignored; the bias left out) are O(1) away. Gauss's three products per bin add a
 //! rounding to each operand: measured 2.1–2.9e-7, against 1.8–2.3e-7 with the schoolbook four.
 
-use super::super::f64_reference::{check_against_f64, check_fused_residual, check_without_bias_twice};
-use super::{chunk_values, conv1d_fft, conv1d_in_chunks, suits, Around, BINS, CHUNK_VALUES, MIN_CHUNK_TILES, PARTS, TILE};
+use super::super::f64_reference::{check_against_f64, check_fused_residual, check_without_bias_twice, values};
+use super::{chunk_values, conv1d_fft, conv1d_in_chunks, suits, Around, FilterSpectrum, BINS, CHUNK_VALUES, MIN_CHUNK_TILES, PARTS, TILE};
 use crate::spec::{Conv1dSpec, PadMode};
 
 const TOLERANCE: f64 = 2e-6;
@@ -50,7 +50,36 @@ fn spans_several_chunks() {
     // with room for 2 columns per chunk, three chunks, for each of two batch items.
     let spec = Conv1dSpec::new(2, 1000, 32, 32, 7).dilation(3).pad(9);
     let per_column = 3 * BINS * PARTS * (32 + 32);
-    check_against_f64(spec, TOLERANCE, |s, x, w, b, y| conv1d_in_chunks(s, x, w, b, y, Around::default(), 2 * per_column));
+    let each = |s: &Conv1dSpec, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32]| {
+        conv1d_in_chunks(s, x, w, b, y, Around::default(), 2 * per_column, FilterSpectrum::PerBinOnOneChunk)
+    };
+    check_against_f64(spec, TOLERANCE, each);
+}
+
+/// On a single chunk the filters' spectrum is made bin by bin, each just before its bin's
+/// products: the same values as made whole, so the same bits, plain and through the fused
+/// residual step, on one chunk; and the bin-by-bin path against the f64 sum on its own.
+#[test]
+fn a_single_chunk_makes_the_filter_spectrum_bin_by_bin_with_the_same_bits() {
+    let spec = Conv1dSpec::new(1, 400, 64, 48, 11).dilation(3).pad(15);
+    let x = values(spec.n * spec.c_in, 1);
+    let w = values(spec.c_out * spec.c_in * spec.kernel, 2);
+    let bias = values(spec.c_out, 3);
+    let run = |spectrum: FilterSpectrum, accumulate: bool| {
+        let mut y = values(spec.n_out() * spec.c_out, 4);
+        let around = Around { prep: None, accumulate };
+        conv1d_in_chunks(&spec, &x, &w, Some(&bias), &mut y, around, usize::MAX, spectrum);
+        y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    };
+    for accumulate in [false, true] {
+        let whole = run(FilterSpectrum::Whole, accumulate);
+        assert!(run(FilterSpectrum::PerBinOnOneChunk, accumulate) == whole, "accumulate {accumulate}");
+    }
+    let per_bin = |s: &Conv1dSpec, x: &[f32], w: &[f32], b: Option<&[f32]>, y: &mut [f32]| {
+        conv1d_in_chunks(s, x, w, b, y, Around::default(), usize::MAX, FilterSpectrum::PerBinOnOneChunk)
+    };
+    check_against_f64(spec, TOLERANCE, per_bin);
+    check_against_f64(Conv1dSpec::new(1, 300, 34, 36, 5).dilation(2), TOLERANCE, per_bin);
 }
 
 #[test]
