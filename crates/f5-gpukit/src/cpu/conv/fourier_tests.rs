@@ -9,7 +9,10 @@
 //! rounding to each operand: measured 2.1–2.9e-7, against 1.8–2.3e-7 with the schoolbook four.
 
 use super::super::f64_reference::{check_against_f64, check_fused_residual, check_without_bias_twice, values};
-use super::{chunk_values, conv1d_fft, conv1d_in_chunks, suits, Around, FilterSpectrum, BINS, CHUNK_VALUES, MIN_CHUNK_TILES, PARTS, TILE};
+use super::{
+    chunk_values, conv1d_fft, conv1d_in_chunks, suits, transpose_taps, transpose_taps_portable, Around, FilterSpectrum, BINS, CHUNK_VALUES,
+    MIN_CHUNK_TILES, PARTS, TILE,
+};
 use crate::spec::{Conv1dSpec, PadMode};
 
 const TOLERANCE: f64 = 2e-6;
@@ -116,4 +119,21 @@ fn a_chunk_holds_the_fewest_tiles_that_amortise_the_filter_spectrum() {
     let narrow = Conv1dSpec::new(1, 30_000, 128, 128, 11).pad(5);
     assert_eq!(chunk_values(&narrow), CHUNK_VALUES);
     assert!(CHUNK_VALUES / per_tile(128) >= MIN_CHUNK_TILES);
+}
+
+/// The filters' transpose (AVX2 in 8 × 8 register blocks where the CPU has it, else value by
+/// value) puts every value where its definition says, edges included: channel counts and runs
+/// that are and are not multiples of 8, filters longer than the run read.
+#[test]
+fn the_taps_transpose_puts_every_value_in_place() {
+    for (c_out, run, stride) in [(16, 176, 176), (48, 112, 1232), (13, 21, 40), (7, 5, 5), (24, 8, 33), (1, 1, 1)] {
+        let w = values((c_out - 1) * stride + run, 9);
+        let want: Vec<f32> = (0..run * c_out).map(|at| w[(at % c_out) * stride + at / c_out]).collect();
+        let mut got = vec![f32::NAN; run * c_out];
+        transpose_taps(&w, stride, run, &mut got);
+        assert!(got.iter().zip(&want).all(|(g, v)| g.to_bits() == v.to_bits()), "{c_out} × {run}, stride {stride}");
+        let mut portable = vec![f32::NAN; run * c_out];
+        transpose_taps_portable(&w, stride, run, c_out, &mut portable);
+        assert!(portable.iter().zip(&want).all(|(g, v)| g.to_bits() == v.to_bits()), "{c_out} × {run}, stride {stride}");
+    }
 }
