@@ -32,3 +32,42 @@ fn large_blocks_start_on_a_line_and_resizing_keeps_their_values() {
     assert_eq!(w.as_ptr() as usize % LineAligned::LINE, 0);
     assert!(w.iter().all(|&x| x == 7) && w.len() == 2_000);
 }
+
+#[test]
+fn resizing_large_blocks_up_and_down_keeps_the_line_and_the_values() {
+    // Each resize may move the block to a C block whose start sits elsewhere relative to a line,
+    // so the contents must move with it: sizes that grow past and shrink below each other, with
+    // other blocks allocated in between so the C allocator cannot always extend in place.
+    let mut v: Vec<u32> = (0..5_000u32).collect();
+    let mut others = Vec::new();
+    for (step, target) in [9_000usize, 300_000, 7_000, 20_000_000, 4_000, 1_100, 64_000, 300].into_iter().enumerate() {
+        others.push(vec![step as u8; 3_000 + 977 * step]);
+        let keep = v.len().min(target);
+        if target > v.capacity() {
+            v.reserve_exact(target - v.len());
+        } else {
+            v.truncate(keep);
+            v.shrink_to(target);
+        }
+        if v.capacity() * 4 >= LineAligned::MIN_SIZE {
+            assert_eq!(v.as_ptr() as usize % LineAligned::LINE, 0, "step {step}: capacity {}", v.capacity());
+        }
+        assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32), "step {step}: values lost");
+        let len = v.len() as u32;
+        v.extend(len..target as u32);
+    }
+    assert!(others.iter().enumerate().all(|(i, o)| o.iter().all(|&b| b == i as u8)));
+}
+
+#[test]
+fn zeroed_large_blocks_read_zero_even_where_memory_is_reused() {
+    // A freed block's memory handed out again by `alloc_zeroed` must read zero, not what the
+    // last owner wrote.
+    for round in 0..4 {
+        let dirty = vec![0xABu8; 3 << 20];
+        drop(dirty);
+        let clean = vec![0u8; 3 << 20];
+        assert!(clean.iter().all(|&b| b == 0), "round {round}");
+        assert_eq!(clean.as_ptr() as usize % LineAligned::LINE, 0);
+    }
+}

@@ -1,6 +1,13 @@
 //! [`LineAligned`]: the system allocator, with every block of 1 KiB or more starting on a 64-byte
 //! cache line, and on Linux the blocks over 32 MiB backed by transparent huge pages.
 //!
+//! On Linux the blocks of 1 KiB or more come from the C allocator's `malloc`/`calloc`, each a
+//! little larger than asked, its start moved onto a line (the C block's address kept just before
+//! it). Asking the system for a line-aligned block instead (`posix_memalign`) cannot say that the
+//! memory is fresh, so a zeroed one was zeroed by writing every byte, which made all its pages
+//! resident at once; `calloc` maps fresh memory unwritten, and such a block costs memory only
+//! where it is written.
+//!
 //! The CPU kernels read activations and weights a 512-bit vector at a time. The system allocator
 //! aligns large blocks to 16 bytes, so from most buffers every such load straddles two cache
 //! lines and costs two L1 accesses. The kit's own scratch and packed filters are aligned
@@ -68,26 +75,75 @@ impl LineAligned {
     }
 }
 
-// SAFETY: every call is passed on to `System` with the layout `placed` gives, which is a
-// function of the caller's layout alone, so a block is freed (or resized) with the very layout it
-// was allocated with; `placed` only raises the alignment, which every contract here allows.
+// SAFETY: on Linux a block `lined::takes` is served by `lined` (the C allocator, the start moved
+// onto a line inside a slightly larger block); every other call is passed on to `System` with the
+// layout `placed` gives. Both choices are functions of the caller's layout alone, so a block is
+// freed (or resized) by the path that allocated it; `placed` only raises the alignment, which
+// every contract here allows.
 unsafe impl GlobalAlloc for LineAligned {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        #[cfg(target_os = "linux")]
+        if lined::takes(layout) {
+            return huge_pages::advise(lined::alloc(layout.size(), false), layout.size());
+        }
         // SAFETY: the caller's contract (non-zero size), unchanged by `placed`.
         huge_pages::advise(unsafe { System.alloc(Self::placed(layout)) }, layout.size())
     }
 
+    /// On Linux through `calloc`, which hands out memory the system has just mapped (a large
+    /// block, or the heap grown) without writing it: its pages are zero until first written, so
+    /// a zeroed buffer costs memory only where it is written. `System` zeroes a block aligned
+    /// past 16 bytes by writing every byte, which made every page of it resident at once (a
+    /// scratch buffer a fused kernel never writes included) and cost a pass over it.
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        #[cfg(target_os = "linux")]
+        if lined::takes(layout) {
+            return huge_pages::advise(lined::alloc(layout.size(), true), layout.size());
+        }
         // SAFETY: as in `alloc`.
         huge_pages::advise(unsafe { System.alloc_zeroed(Self::placed(layout)) }, layout.size())
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        #[cfg(target_os = "linux")]
+        if lined::takes(layout) {
+            // SAFETY: `ptr` came from `lined::alloc`, the path `alloc` takes for this layout.
+            return unsafe { lined::free(ptr) };
+        }
         // SAFETY: `ptr` came from `alloc` with this `layout`, hence from `System` with `placed(layout)`.
         unsafe { System.dealloc(ptr, Self::placed(layout)) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        #[cfg(target_os = "linux")]
+        {
+            // The caller guarantees `new_size` with `layout.align()` is a valid layout.
+            let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
+                return std::ptr::null_mut();
+            };
+            match (lined::takes(layout), lined::takes(new_layout)) {
+                (true, true) => {
+                    // SAFETY: `ptr` came from `lined::alloc` (the path for `layout`) and holds
+                    // `layout.size()` bytes.
+                    return huge_pages::advise(unsafe { lined::realloc(ptr, layout.size(), new_size) }, new_size);
+                }
+                (false, false) => {}
+                // Across the line between the two paths: a new block, the contents copied.
+                _ => {
+                    // SAFETY: `new_layout` has a non-zero size (the caller's contract); both
+                    // blocks hold at least the smaller size; the old one is freed by the path
+                    // that allocated it.
+                    unsafe {
+                        let moved = self.alloc(new_layout);
+                        if !moved.is_null() {
+                            std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
+                            self.dealloc(ptr, layout);
+                        }
+                        return moved;
+                    }
+                }
+            }
+        }
         let old = Self::placed(layout);
         // The caller guarantees `new_size` with `layout.align()` is a valid layout.
         let Ok(new) = Layout::from_size_align(new_size, layout.align()).map(Self::placed) else {
@@ -106,6 +162,106 @@ unsafe impl GlobalAlloc for LineAligned {
                 std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
                 System.dealloc(ptr, old);
             }
+            moved
+        }
+    }
+}
+
+/// Blocks of [`LineAligned::MIN_SIZE`] bytes or more (alignment up to a line) from the C
+/// allocator's `malloc`, `calloc` and `realloc`, each asked for [`lined::SLACK`] bytes more: the
+/// block handed out starts at the first line boundary at least a pointer's size into the C
+/// block, and that pointer's size just before it holds the C block's address, for `free` and
+/// `realloc`. So `calloc`'s zeroed memory keeps its untouched pages (see
+/// [`GlobalAlloc::alloc_zeroed`] on [`LineAligned`]).
+#[cfg(target_os = "linux")]
+mod lined {
+    use super::LineAligned;
+    use std::alloc::Layout;
+
+    /// Room for the C block's address.
+    const HEADER: usize = std::mem::size_of::<usize>();
+    /// Bytes asked for beyond the block: the header and the most that moving onto a line skips.
+    pub(super) const SLACK: usize = HEADER + LineAligned::LINE - 1;
+
+    /// Whether blocks of `layout` are served here: large, and aligned to a line at most (a wider
+    /// alignment goes to the system's aligned allocation, as before).
+    pub(super) fn takes(layout: Layout) -> bool {
+        layout.size() >= LineAligned::MIN_SIZE && layout.align() <= LineAligned::LINE
+    }
+
+    /// The first line boundary at least [`HEADER`] bytes past `base`.
+    fn start(base: usize) -> usize {
+        (base + HEADER).next_multiple_of(LineAligned::LINE)
+    }
+
+    /// A block of `size` bytes on a line (zeroed with `zeroed`), or null.
+    pub(super) fn alloc(size: usize, zeroed: bool) -> *mut u8 {
+        let Some(asked) = size.checked_add(SLACK) else { return std::ptr::null_mut() };
+        // SAFETY: plain C allocations of a non-zero size; a null result is passed on.
+        let base = unsafe {
+            if zeroed {
+                libc::calloc(1, asked)
+            } else {
+                libc::malloc(asked)
+            }
+        } as *mut u8;
+        if base.is_null() {
+            return base;
+        }
+        let at = start(base as usize) - base as usize;
+        // SAFETY: `at + size ≤ asked`, so the block and its header (the `HEADER` bytes before it,
+        // at or past `base`) lie inside the C block.
+        unsafe {
+            let block = base.add(at);
+            block.sub(HEADER).cast::<usize>().write_unaligned(base as usize);
+            block
+        }
+    }
+
+    /// The C block `block` lies in.
+    ///
+    /// # Safety
+    /// `block` came from [`alloc`] or [`realloc`] and was not freed.
+    unsafe fn base(block: *mut u8) -> *mut u8 {
+        // SAFETY: the header before every block holds its C block's address.
+        unsafe { block.sub(HEADER).cast::<usize>().read_unaligned() as *mut u8 }
+    }
+
+    /// Frees `block`.
+    ///
+    /// # Safety
+    /// `block` came from [`alloc`] or [`realloc`] and was not freed.
+    pub(super) unsafe fn free(block: *mut u8) {
+        // SAFETY: the C block, from malloc/calloc/realloc, freed once.
+        unsafe { libc::free(base(block).cast()) }
+    }
+
+    /// `block` (of `old` bytes) resized to `new` bytes, its first `min(old, new)` bytes kept;
+    /// null, with `block` untouched, where the C allocator has no room.
+    ///
+    /// # Safety
+    /// `block` came from [`alloc`] or [`realloc`], holds `old` bytes, and was not freed.
+    pub(super) unsafe fn realloc(block: *mut u8, old: usize, new: usize) -> *mut u8 {
+        let Some(asked) = new.checked_add(SLACK) else { return std::ptr::null_mut() };
+        // SAFETY: the caller's contract.
+        let old_base = unsafe { base(block) };
+        let was_at = block as usize - old_base as usize;
+        // SAFETY: a C block; on failure it is left as it was (and so is `block`).
+        let new_base = unsafe { libc::realloc(old_base.cast(), asked) } as *mut u8;
+        if new_base.is_null() {
+            return new_base;
+        }
+        let at = start(new_base as usize) - new_base as usize;
+        // SAFETY: the C block now holds `asked` bytes with the contents where they were
+        // (`was_at` in); both `was_at` and `at` leave room for `min(old, new)` bytes and the
+        // header inside it. The contents move first (the ranges may overlap), then the header
+        // is written before the new start, outside them.
+        unsafe {
+            let moved = new_base.add(at);
+            if at != was_at {
+                std::ptr::copy(new_base.add(was_at), moved, old.min(new));
+            }
+            moved.sub(HEADER).cast::<usize>().write_unaligned(new_base as usize);
             moved
         }
     }

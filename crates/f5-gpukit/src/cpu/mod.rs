@@ -40,15 +40,32 @@ impl Default for CpuBackend {
     }
 }
 
-/// Buffers of at least this many values (1 MiB) are zeroed, and copies of as many made, on every
-/// thread of the pool: the zeroing is often a fresh buffer's first touch, a page fault per 4 KiB.
-/// At Kokoro's last generator stage (128 channels at 4,800 frames/s, 9.4 MB a buffer) one thread
-/// took 8 ms to zero the three buffers of the source branch, seven times the convolution that
-/// fills one of them; two threads take 4.5 ms (a 2-core Xeon). Copying an 80 MB activation (the
+/// Buffers of at least this many values (1 MiB) come zeroed from the allocator ([`zeroed_vec`]),
+/// and copies of as many are made on every thread of the pool. Copying an 80 MB activation (the
 /// 32 s input's last stage) took 14 ms on one thread of a 2-core Xeon VM.
 const PARALLEL_MIN_VALUES: usize = 1 << 18;
 /// Values per task of the parallel zeroing and copies (256 KiB).
 const PARALLEL_CHUNK: usize = 1 << 16;
+
+/// `len` zeros from the global allocator's `alloc_zeroed`, or `None` where it has no room. With
+/// the system allocator (`calloc`) or [`LineAligned`](crate::LineAligned) (`calloc` too, on
+/// Linux), memory just mapped is handed out unwritten: its pages are zero until first written,
+/// and a buffer a fused kernel never writes (Kokoro's norm scratch in the bf16 and int8 modes)
+/// takes no memory. Zeroing here on every thread made every page resident at once.
+fn zeroed_vec(len: usize) -> Option<Vec<f32>> {
+    let layout = std::alloc::Layout::array::<f32>(len).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: a non-zero size.
+    let values = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
+    if values.is_null() {
+        return None;
+    }
+    // SAFETY: allocated by the global allocator with the layout of `len` f32s, which is the
+    // capacity; all `len` values are initialised (zero bits are 0.0).
+    Some(unsafe { Vec::from_raw_parts(values, len, len) })
+}
 
 impl CpuBackend {
     /// On rayon's global pool.
@@ -345,18 +362,16 @@ impl Backend for CpuBackend {
         Device::Cpu { threads: self.pool.as_ref().map_or(0, |p| p.current_num_threads()) }
     }
 
+    /// Small buffers are zeroed here; large ones come zeroed from the allocator
+    /// ([`zeroed_vec`]), which maps fresh memory without writing it, so their pages cost
+    /// memory and a fault only where a kernel writes them.
     fn alloc(&self, len: usize) -> Result<Vec<f32>> {
+        if len >= PARALLEL_MIN_VALUES {
+            return zeroed_vec(len).ok_or(KitError::OutOfMemory(len));
+        }
         let mut v = Vec::new();
         v.try_reserve_exact(len).map_err(|_| KitError::OutOfMemory(len))?;
-        if len < PARALLEL_MIN_VALUES {
-            v.resize(len, 0.0);
-            return Ok(v);
-        }
-        let spare = &mut v.spare_capacity_mut()[..len];
-        self.run(|| spare.par_chunks_mut(PARALLEL_CHUNK).for_each(|c| c.fill(std::mem::MaybeUninit::new(0.0))));
-        // SAFETY: the capacity is at least `len` (reserved above) and its first `len` values
-        // were all just written.
-        unsafe { v.set_len(len) };
+        v.resize(len, 0.0);
         Ok(v)
     }
 
