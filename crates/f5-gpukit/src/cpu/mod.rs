@@ -362,9 +362,10 @@ impl Backend for CpuBackend {
         Device::Cpu { threads: self.pool.as_ref().map_or(0, |p| p.current_num_threads()) }
     }
 
-    /// Small buffers are zeroed here; large ones come zeroed from the allocator
-    /// ([`zeroed_vec`]), which maps fresh memory without writing it, so their pages cost
-    /// memory and a fault only where a kernel writes them.
+    /// Small buffers are zeroed here; large ones come from the global allocator's
+    /// `alloc_zeroed`, which maps fresh memory without writing it (the system allocator's
+    /// `calloc`, or [`LineAligned`](crate::LineAligned)'s on Linux), so their pages cost memory
+    /// and a fault only where a kernel writes them.
     fn alloc(&self, len: usize) -> Result<Vec<f32>> {
         if len >= PARALLEL_MIN_VALUES {
             return zeroed_vec(len).ok_or(KitError::OutOfMemory(len));
