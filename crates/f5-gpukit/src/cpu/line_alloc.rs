@@ -115,52 +115,36 @@ unsafe impl GlobalAlloc for LineAligned {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        #[cfg(target_os = "linux")]
-        {
-            // The caller guarantees `new_size` with `layout.align()` is a valid layout.
-            let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
-                return std::ptr::null_mut();
-            };
-            match (lined::takes(layout), lined::takes(new_layout)) {
-                (true, true) => {
-                    // SAFETY: `ptr` came from `lined::alloc` (the path for `layout`) and holds
-                    // `layout.size()` bytes.
-                    return huge_pages::advise(unsafe { lined::realloc(ptr, layout.size(), new_size) }, new_size);
-                }
-                (false, false) => {}
-                // Across the line between the two paths: a new block, the contents copied.
-                _ => {
-                    // SAFETY: `new_layout` has a non-zero size (the caller's contract); both
-                    // blocks hold at least the smaller size; the old one is freed by the path
-                    // that allocated it.
-                    unsafe {
-                        let moved = self.alloc(new_layout);
-                        if !moved.is_null() {
-                            std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
-                            self.dealloc(ptr, layout);
-                        }
-                        return moved;
-                    }
-                }
-            }
-        }
-        let old = Self::placed(layout);
         // The caller guarantees `new_size` with `layout.align()` is a valid layout.
-        let Ok(new) = Layout::from_size_align(new_size, layout.align()).map(Self::placed) else {
+        let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
             return std::ptr::null_mut();
         };
-        if new.align() == old.align() {
-            // SAFETY: `ptr` is `System`'s block of layout `old`; the new block keeps its alignment.
-            return huge_pages::advise(unsafe { System.realloc(ptr, old, new_size) }, new_size);
+        #[cfg(target_os = "linux")]
+        let same_path = match (lined::takes(layout), lined::takes(new_layout)) {
+            (true, true) => {
+                // SAFETY: `ptr` came from `lined::alloc` (the path for `layout`) and holds
+                // `layout.size()` bytes.
+                return huge_pages::advise(unsafe { lined::realloc(ptr, layout.size(), new_size) }, new_size);
+            }
+            (false, false) => Self::placed(new_layout).align() == Self::placed(layout).align(),
+            _ => false,
+        };
+        #[cfg(not(target_os = "linux"))]
+        let same_path = Self::placed(new_layout).align() == Self::placed(layout).align();
+        if same_path {
+            // SAFETY: `ptr` is `System`'s block of layout `placed(layout)`; the new block keeps
+            // its alignment.
+            return huge_pages::advise(unsafe { System.realloc(ptr, Self::placed(layout), new_size) }, new_size);
         }
-        // Crossing `MIN_SIZE` changes the alignment, which `System.realloc` keeps: move the block.
-        // SAFETY: `new` has a non-zero size (the caller's contract); both blocks hold at least
-        // the smaller size, and the old one is freed with the layout it was allocated with.
+        // Across `MIN_SIZE` the block changes path (or, off Linux, alignment, which
+        // `System.realloc` keeps): a new block, the contents copied.
+        // SAFETY: `new_layout` has a non-zero size (the caller's contract); both blocks hold at
+        // least the smaller size, and the old one is freed by the path that allocated it.
         unsafe {
-            let moved = huge_pages::advise(System.alloc(new), new_size);
+            let moved = self.alloc(new_layout);
             if !moved.is_null() {
                 std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
-                System.dealloc(ptr, old);
+                self.dealloc(ptr, layout);
             }
             moved
         }

@@ -90,9 +90,9 @@ enum FilterSpectrum {
 }
 
 /// Most filter pairs (`c_in·c_out`) taken: their spectrum, `3·BINS·c_in·c_out` floats (26 MB at
-/// 256 × 256), is made per call and, on a long input, held whole in scratch kept for the next, so past this it would cost
-/// more memory than the weights by far (20× a 5-tap filter's size) for a small gain: at 512 × 512
-/// (Kokoro's text encoder) 104 MB.
+/// 256 × 256), is made per call and, on a call of several chunks, held whole in scratch kept for
+/// the next, so past this it would cost more memory than the weights by far (20× a 5-tap
+/// filter's size) for a small gain: at 512 × 512 (Kokoro's text encoder) 104 MB.
 const MAX_FILTER_PAIRS: usize = 256 * 256;
 
 /// Whether [`conv1d_fft`] computes `spec` (and pays): dense, stride 1, zero padding, a kernel of
@@ -309,14 +309,7 @@ fn spectrum_coefficients(kernel: usize) -> Coefficients {
 /// `out` (`c_in × 3c_out`), from every input channel's taps as rows over the output channels
 /// (`taps`: `[c_in][kernel][c_out]`, [`transpose_taps`]).
 /// `coefficients` are [`spectrum_coefficients`]'s.
-#[allow(clippy::type_complexity)]
-fn bin_operands(
-    spec: &Conv1dSpec,
-    taps: &[f32],
-    coefficients: &([[f32; MAX_KERNEL]; BINS], [[f32; MAX_KERNEL]; BINS]),
-    f: usize,
-    out: &mut [f32],
-) {
+fn bin_operands(spec: &Conv1dSpec, taps: &[f32], coefficients: &Coefficients, f: usize, out: &mut [f32]) {
     let Conv1dSpec { c_in, c_out, kernel, .. } = *spec;
     // `filter_bins` reads the first row of the tables for the first (only) bin it is given.
     let (mut cos_f, mut sin_f) = ([[0.0f32; MAX_KERNEL]; BINS], [[0.0f32; MAX_KERNEL]; BINS]);
