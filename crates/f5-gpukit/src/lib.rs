@@ -416,9 +416,11 @@ pub trait Backend: Send + Sync {
     /// `y`: AdaIN + Snake + convolution, the unit Kokoro's generator repeats. `norm` and `conv`
     /// must agree on the batch, the rows and the channels (`norm.c == conv.c_in`). `t` must hold
     /// `[batch, n, c]`; it is scratch, and what it holds afterwards is unspecified: a backend may
-    /// never write it. The CPU int8 mode doesn't: it normalises, snakes and quantises each row
-    /// as the convolution reads it, so the normalised rows never go through memory, with the
-    /// same result as the two ops. The default runs the two ops through `t`.
+    /// never write it. The CPU backends don't where the convolution is one of their fused kinds
+    /// (the f32 FFT and Winograd paths, the bf16 and int8 kernels): they normalise and snake
+    /// (and in int8 quantise) each row as the convolution reads it, so the normalised rows never
+    /// go through memory, with the same result as the two ops. The default runs the two ops
+    /// through `t`.
     #[allow(clippy::too_many_arguments)]
     fn instance_norm_snake_conv1d(
         &self,

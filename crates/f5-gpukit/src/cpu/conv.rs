@@ -54,7 +54,7 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
         if fft_applies(spec) {
             return fourier::conv1d_fft(spec, x, w, bias, y);
         }
-        if winograd::suits(spec) && winograd::enabled() {
+        if winograd_applies(spec) {
             return winograd::conv1d_winograd(spec, x, w, bias, y);
         }
         if let Some(isa) = few_rows::Isa::detect().filter(|&isa| few_rows::conv_applies(isa, spec) && few_rows::conv_enabled()) {
@@ -67,12 +67,36 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
     grouped(spec, x, w, bias, y)
 }
 
-pub(crate) use fourier::{conv1d_fft_around, Around};
+pub(crate) use tiled::Around;
 
-/// Whether [`conv1d`] takes the FFT path for `spec`, where [`conv1d_fft_around`] can map its
-/// input rows and add its outputs.
-pub(crate) fn fft_applies(spec: &Conv1dSpec) -> bool {
+/// Whether [`conv1d`] takes the FFT path for `spec`.
+fn fft_applies(spec: &Conv1dSpec) -> bool {
     spec.groups == 1 && fourier::suits(spec) && fourier::enabled()
+}
+
+/// Whether [`conv1d`] takes the Winograd path for `spec`.
+fn winograd_applies(spec: &Conv1dSpec) -> bool {
+    spec.groups == 1 && !fft_applies(spec) && winograd::suits(spec) && winograd::enabled()
+}
+
+/// Whether [`conv1d`] takes a tiled path for `spec` (FFT or Winograd), where
+/// [`conv1d_around`] can map its input rows and add its outputs.
+pub(crate) fn around_applies(spec: &Conv1dSpec) -> bool {
+    fft_applies(spec) || winograd_applies(spec)
+}
+
+/// [`conv1d`] on the tiled path it takes for `spec`, with `around`'s row map and residual add
+/// (the same bits as mapping the input whole, convolving, then an `axpy`); `false`, with
+/// nothing done, where [`around_applies`] does not hold.
+pub(crate) fn conv1d_around(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], around: Around<'_>) -> bool {
+    if fft_applies(spec) {
+        fourier::conv1d_fft_around(spec, x, w, bias, y, around);
+    } else if winograd_applies(spec) {
+        winograd::conv1d_winograd_around(spec, x, w, bias, y, around);
+    } else {
+        return false;
+    }
+    true
 }
 
 /// What a dense convolution does with each block of output rows besides computing them.

@@ -181,11 +181,43 @@ impl CpuBackend {
         Ok(())
     }
 
-    /// The fused instance norm + Snake + convolution + residual of the f32 backend, after the
-    /// checks the unfused ops make (so both fail alike); `Ok(false)`, with nothing written,
-    /// where the convolution does not take the FFT path.
+    /// The fused instance norm + Snake + convolution (+ residual, with `accumulate`) of the CPU
+    /// backends' f32 convolutions, after the checks the unfused ops make (so both fail alike):
+    /// the tiled path ([`conv::conv1d_around`]) maps each input row as it gathers it, so the
+    /// normalised rows are never written whole. `Ok(false)`, with nothing written, where the
+    /// convolution takes no tiled path. `rows` gives each batch item's row normalisation (its
+    /// statistics and Snake), made only once the path is known to apply.
     #[allow(clippy::too_many_arguments)]
-    fn norm_snake_conv_add(
+    pub(crate) fn norm_snake_conv_tiled<'r>(
+        &self,
+        norm: &InstanceNormSpec,
+        x: &[f32],
+        affine: Option<(&[f32], &[f32])>,
+        style: Option<&[f32]>,
+        alpha: &[f32],
+        rows: impl Fn(usize, &[f32]) -> seq::RowNorm<'r> + Sync,
+        conv: &Conv1dSpec,
+        weight: &[f32],
+        bias: Option<&[f32]>,
+        scratch_len: usize,
+        accumulate: bool,
+        y: &mut [f32],
+    ) -> Result<bool> {
+        if norm.n == 0 || norm.c == 0 || !conv::around_applies(conv) {
+            return Ok(false);
+        }
+        check::fused_norm_snake_conv(norm, conv, x, affine, style, alpha, scratch_len, weight.len(), bias, y.len())?;
+        let InstanceNormSpec { batch, n, c, .. } = *norm;
+        Ok(self.run(|| {
+            let items: Vec<seq::RowNorm<'_>> = (0..batch).map(|b| rows(b, &x[b * n * c..(b + 1) * n * c])).collect();
+            let prep = |b: usize, row: &[f32], out: &mut [f32]| items[b].row(row, out);
+            conv::conv1d_around(conv, x, weight, bias, y, conv::Around { prep: Some(&prep), accumulate })
+        }))
+    }
+
+    /// [`CpuBackend::norm_snake_conv_tiled`] with this backend's norm and Snake.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_snake_conv(
         &self,
         norm: &InstanceNormSpec,
         x: &[f32],
@@ -196,23 +228,13 @@ impl CpuBackend {
         weight: &[f32],
         bias: Option<&Vec<f32>>,
         scratch_len: usize,
+        accumulate: bool,
         y: &mut [f32],
     ) -> Result<bool> {
-        if norm.n == 0 || norm.c == 0 || !conv::fft_applies(conv) {
-            return Ok(false);
-        }
         let affine = affine.map(|(w, b)| (w.as_slice(), b.as_slice()));
         let (style, bias) = (style.map(|s| s.as_slice()), bias.map(|b| b.as_slice()));
-        check::fused_norm_snake_conv(norm, conv, x, affine, style, alpha, scratch_len, weight.len(), bias, y.len())?;
-        let InstanceNormSpec { batch, n, c, .. } = *norm;
-        self.run(|| {
-            let items: Vec<seq::RowNorm<'_>> = (0..batch)
-                .map(|b| seq::RowNorm::of(norm, b, &x[b * n * c..(b + 1) * n * c], affine, style, Some((alpha, seq::SnakeSine::Exact))))
-                .collect();
-            let prep = |b: usize, row: &[f32], out: &mut [f32]| items[b].row(row, out);
-            conv::conv1d_fft_around(conv, x, weight, bias, y, conv::Around { prep: Some(&prep), accumulate: true })
-        });
-        Ok(true)
+        let rows = |b: usize, xb: &[f32]| seq::RowNorm::of(norm, b, xb, affine, style, Some((alpha, seq::SnakeSine::Exact)));
+        self.norm_snake_conv_tiled(norm, x, affine, style, alpha, rows, conv, weight, bias, scratch_len, accumulate, y)
     }
 
     /// [`Backend::snake`] with `sin²` from [`simd::sin2_f32`] (within 4e-7 of exact, against
@@ -656,18 +678,49 @@ impl Backend for CpuBackend {
         self.instance_norm_on(spec, x, affine, style.map(|s| s.as_slice()), Some((alpha, seq::SnakeSine::Exact)), out)
     }
 
-    /// Where the convolution takes the FFT path, fused: each row a tile gathers is normalised
-    /// and snaked there (from statistics computed first, row by row as `seq`'s `RowNorm` does),
-    /// and each output is added to `y` as it is formed (the roundings of the `axpy` after a
-    /// separate convolution): `x` and `t` are left as they were, and neither the normalised rows
-    /// nor the convolution's output go through memory; the bits are the three ops'. Otherwise
-    /// those three ops.
+    /// Where the convolution takes a tiled path (FFT, or Winograd for 3 taps), fused: each input
+    /// row is normalised and snaked as the path gathers it (from statistics computed first, row
+    /// by row as `seq`'s `RowNorm` does), so `t` is never written and the normalised rows never
+    /// go through memory as a whole; the bits are the two ops'. Otherwise those two ops.
+    ///
+    /// What it is for is memory: at Kokoro's generator's last rate `t` is an activation of its
+    /// own (9.4 MB on a sentence, 80 MB on a 510-phoneme input), written by no other op there
+    /// once both forms fuse, so its pages are never touched ([`Backend::alloc`] leaves a large
+    /// buffer's zeroing to the system). On a Zen 2 EPYC (AVX2, 2 threads, alternated runs) the
+    /// forward's peak memory fell by 9 MiB on a sentence and 68 MiB on the long input, in f32
+    /// and in bf16 on widened weights, the speed within the noise; on the AMX Xeon the FFT path
+    /// fused this way had measured 5% slower on a sentence (the tiles' overlap snakes 10–20% of
+    /// the rows twice).
+    fn instance_norm_snake_conv1d(
+        &self,
+        norm: &InstanceNormSpec,
+        x: &Vec<f32>,
+        affine: Option<(&Vec<f32>, &Vec<f32>)>,
+        style: Option<&Vec<f32>>,
+        alpha: &Vec<f32>,
+        conv: &Conv1dSpec,
+        weight: &Vec<f32>,
+        bias: Option<&Vec<f32>>,
+        t: &mut Vec<f32>,
+        y: &mut Vec<f32>,
+    ) -> Result<()> {
+        check::norm_then_conv(norm, conv)?;
+        if self.norm_snake_conv(norm, x, affine, style, alpha, conv, weight, bias, t.len(), false, y)? {
+            return Ok(());
+        }
+        self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
+        self.conv1d(conv, t, weight, bias, y)
+    }
+
+    /// Where the convolution takes a tiled path (FFT, or Winograd for 3 taps), fused as
+    /// [`Backend::instance_norm_snake_conv1d`] is, and each output is added to `y` as it is
+    /// formed (the roundings of the `axpy` after a separate convolution): `x` and `t` are left
+    /// as they were, and neither the normalised rows nor the convolution's output go through
+    /// memory; the bits are the three ops'. Otherwise those three ops.
     ///
     /// Measured on Kokoro's generator (f32, 2 threads, the AMX Xeon): the long input's forward
-    /// 11% faster. The plain [`Backend::instance_norm_snake_conv1d`] fused the same way was 5%
-    /// slower on the short input (its activations stay in cache there, and the tiles' overlap
-    /// snakes 10–20% of the rows twice), so it keeps the default's two ops. The Winograd path
-    /// (3 taps) adding its outputs in place measured no faster than its output and an `axpy`.
+    /// 11% faster on the FFT path. The Winograd path adding its outputs in place had measured no
+    /// faster than its output and an `axpy`; it fuses for `t`'s memory.
     fn instance_norm_snake_conv1d_add(
         &self,
         norm: &InstanceNormSpec,
@@ -682,7 +735,7 @@ impl Backend for CpuBackend {
         y: &mut Vec<f32>,
     ) -> Result<()> {
         let out_len = check::norm_then_conv_add(norm, conv, x.len())?;
-        if self.norm_snake_conv_add(norm, x, affine, style, alpha, conv, weight, bias, t.len(), y)? {
+        if self.norm_snake_conv(norm, x, affine, style, alpha, conv, weight, bias, t.len(), true, y)? {
             return Ok(());
         }
         self.instance_norm_snake(norm, x, affine, style, alpha, t)?;

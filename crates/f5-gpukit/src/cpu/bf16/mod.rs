@@ -589,6 +589,45 @@ impl CpuBf16Backend {
         Ok(true)
     }
 
+    /// [`CpuBackend::norm_snake_conv_tiled`] on a bf16 weight widened to f32, with this backend's
+    /// Snake: where the bf16 products do not pay (CPUs without AVX-512 BF16), the f32 backend's
+    /// fused tiled convolutions, so `t` is not written there either (9.4 MB on a sentence at
+    /// Kokoro's generator's last rate, 80 MB on a long input); the bits are the ops'. `Ok(false)`,
+    /// with nothing written, for other weights and where no tiled path applies.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_widened_conv(
+        &self,
+        op: &'static str,
+        norm: &InstanceNormSpec,
+        x: &CpuBuf,
+        affine: Option<(&CpuBuf, &CpuBuf)>,
+        style: Option<&CpuBuf>,
+        alpha: &CpuBuf,
+        conv: &Conv1dSpec,
+        weight: &CpuBuf,
+        bias: Option<&CpuBuf>,
+        scratch_len: usize,
+        accumulate: bool,
+        y: &mut CpuBuf,
+    ) -> Result<bool> {
+        let Repr::Bf16(w) = &weight.0 else { return Ok(false) };
+        if norm.n == 0 || norm.c == 0 || !crate::cpu::conv::around_applies(conv) {
+            return Ok(false);
+        }
+        let (affine, style) = norm_operands(op, affine, style)?;
+        let (xv, alpha) = (x.f32(op)?, alpha.f32(op)?);
+        let bias = bias.map(|b| b.f32(op)).transpose()?.map(|b| b.as_slice());
+        let out = y.f32_mut(op)?;
+        let snake: Option<crate::cpu::seq::SnakeAfter<'_>> = Some((alpha, crate::cpu::seq::SnakeSine::F32));
+        let rows = |b: usize, xb: &[f32]| match x.known_stats(norm, b) {
+            Some(stats) => RowNorm::from_stats(norm, b, stats, affine, style, snake),
+            None => RowNorm::of(norm, b, xb, affine, style, snake),
+        };
+        self.with_widened(w, |wide| {
+            self.f32.norm_snake_conv_tiled(norm, xv, affine, style, alpha, rows, conv, wide, bias, scratch_len, accumulate, out)
+        })
+    }
+
     /// Whether dense convolutions run on the AMX tiles: the bf16 ones whose input channels come
     /// in multiples of 32 (`tdpbf16ps`: the same products, summed in the tiles' order) where the
     /// CPU has AMX-BF16, and in the int8 mode the int8 ones in multiples of 64 (`tdpbusd`: the
@@ -1162,8 +1201,9 @@ impl Backend for CpuBf16Backend {
     /// resblock convolutions), fused: each row the convolution reads is normalised, snaked and
     /// converted in one go, from statistics computed first, so `t` is not written and the
     /// normalised rows never go through memory; the bits are the two ops'.
-    /// Otherwise (f32 or f16 filters, CPUs where the bf16 products do not pay) the two ops
-    /// through `t`.
+    /// Where the bf16 products do not pay, bf16 filters widened and fused the same way on the
+    /// f32 backend's tiled paths (FFT, Winograd), so `t` is not written. Otherwise (f32 or f16
+    /// filters, shapes no fused path takes) the two ops through `t`.
     fn instance_norm_snake_conv1d(
         &self,
         norm: &InstanceNormSpec,
@@ -1180,14 +1220,17 @@ impl Backend for CpuBf16Backend {
         crate::check::norm_then_conv(norm, conv)?;
         let op = "instance_norm_snake_conv1d";
         let scratch_len = t.f32(op)?.len();
-        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, false, y)? {
+        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, false, y)?
+            || self.fused_widened_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, false, y)?
+        {
             return Ok(());
         }
         self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
         self.conv1d(conv, t, weight, bias, y)
     }
 
-    /// Where [`Backend::instance_norm_snake_conv1d`] fuses, fused the same way, each block of
+    /// Where [`Backend::instance_norm_snake_conv1d`] fuses (the bf16 and int8 kernels, or the
+    /// f32 backend's tiled paths on widened bf16 filters), fused the same way, each block of
     /// output rows added to `y` while it is in cache (the bits of a separate `axpy`), `x` and
     /// `t` left as they were. Otherwise the default's three ops.
     ///
@@ -1211,7 +1254,9 @@ impl Backend for CpuBf16Backend {
         let op = "instance_norm_snake_conv1d_add";
         let out_len = crate::check::norm_then_conv_add(norm, conv, x.f32(op)?.len())?;
         let scratch_len = t.f32(op)?.len();
-        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, true, y)? {
+        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, true, y)?
+            || self.fused_widened_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, true, y)?
+        {
             return Ok(());
         }
         self.instance_norm_snake(norm, x, affine, style, alpha, t)?;

@@ -538,3 +538,46 @@ fn without_bf16_dot_products_bf16_weights_compute_exactly_as_f32_on_their_roundi
         .unwrap();
     assert!(widened.download(&y).unwrap() == want, "conv_transpose1d");
 }
+
+/// Where the bf16 dot products are off, instance norm + Snake + convolution (and its residual
+/// form) on a bf16 filter bank runs fused on the f32 backend's tiled paths, the FFT for 7 taps
+/// and Winograd for 3: the bits of the ops apart on this backend, with the scratch never
+/// written (at Kokoro's generator's last rate that scratch is an activation's size) and the
+/// residual form's input left as it was.
+#[test]
+fn without_bf16_dot_products_norm_snake_conv_fuses_on_widened_filters() {
+    use crate::spec::{Conv1dSpec, InstanceNormSpec};
+    let kit = CpuBf16Backend::with_threads(2).unwrap().with_bf16_dot_products(false);
+    let mut rng = Rng(19);
+    let mut values = |n: usize| (0..n).map(|_| rng.unit() as f32 * 2.0 - 1.0).collect::<Vec<f32>>();
+    for conv in [Conv1dSpec::new(2, 300, 32, 32, 7).dilation(2).pad(6), Conv1dSpec::new(2, 1100, 32, 32, 3).dilation(3).pad(3)] {
+        let Conv1dSpec { batch, n, c_in: c, .. } = conv;
+        let len = batch * n * c;
+        let norm = InstanceNormSpec { batch, n, c, eps: 1e-5 };
+        // Items offset and scaled apart, so one item's statistics would not fit the other's.
+        let x: Vec<f32> = values(len).iter().enumerate().map(|(i, v)| v * (1.0 + (i / (n * c)) as f32) + (i / (n * c)) as f32).collect();
+        let (style, w, bias, y0) = (values(batch * 2 * c), values(c * c * conv.kernel), values(c), values(len));
+        let alpha: Vec<f32> = values(c).iter().map(|a| 1.0 + 0.4 * a).collect();
+        let up = |v: &[f32]| kit.upload(v).unwrap();
+        let (xb, sb, ab, bb, wb) = (up(&x), up(&style), up(&alpha), up(&bias), kit.upload_weight(&w).unwrap());
+        let (mut t, mut out) = (kit.alloc(len).unwrap(), kit.alloc(len).unwrap());
+        kit.instance_norm_snake(&norm, &xb, None, Some(&sb), &ab, &mut t).unwrap();
+        kit.conv1d(&conv, &t, &wb, Some(&bb), &mut out).unwrap();
+        let mut added = up(&y0);
+        kit.axpy(1.0, &out, &mut added, len).unwrap();
+        let bits = |b: &CpuBuf| kit.download(b).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        let untouched = |b: &CpuBuf| kit.download(b).unwrap().iter().all(|v| v.is_nan());
+
+        let (mut scratch, mut y) = (up(&vec![f32::NAN; len]), kit.alloc(len).unwrap());
+        kit.instance_norm_snake_conv1d(&norm, &xb, None, Some(&sb), &ab, &conv, &wb, Some(&bb), &mut scratch, &mut y).unwrap();
+        assert!(bits(&y) == bits(&out), "{conv:?}: the fused step differs from the two ops");
+        assert!(untouched(&scratch), "{conv:?}: the fused step wrote the scratch");
+
+        let (mut consumed, mut scratch, mut y) = (up(&x), up(&vec![f32::NAN; len]), up(&y0));
+        kit.instance_norm_snake_conv1d_add(&norm, &mut consumed, None, Some(&sb), &ab, &conv, &wb, Some(&bb), &mut scratch, &mut y)
+            .unwrap();
+        assert!(bits(&y) == bits(&added), "{conv:?}: the fused residual step differs from the three ops");
+        assert!(untouched(&scratch), "{conv:?}: the fused residual step wrote the scratch");
+        assert!(kit.download(&consumed).unwrap() == x, "{conv:?}: the fused residual step wrote its input");
+    }
+}

@@ -98,12 +98,12 @@ pub(crate) fn check_without_bias_twice(
     }
 }
 
-/// The f32 CPU backend's `instance_norm_snake_conv1d_add` on `conv` (a 'same' convolution from
-/// `c` to `c` channels, two or more batch items) against instance norm + Snake, convolution and
-/// `axpy` apart: the same bits, with neither the input nor the scratch written (the rows are
-/// normalised as the convolution gathers them). The batch items are offset and scaled apart, so
+/// The f32 CPU backend's `instance_norm_snake_conv1d` and `instance_norm_snake_conv1d_add` on
+/// `conv` (a 'same' convolution from `c` to `c` channels, two or more batch items) against
+/// instance norm + Snake, convolution (and `axpy`) apart: the same bits, with neither the input
+/// nor the scratch written (the rows are normalised as the convolution gathers them). The batch items are offset and scaled apart, so
 /// one item's statistics would not fit another's.
-pub(crate) fn check_fused_residual(conv: Conv1dSpec) {
+pub(crate) fn check_fused_norm_conv(conv: Conv1dSpec) {
     use crate::{Backend, CpuBackend, InstanceNormSpec};
     let kit = CpuBackend::new();
     let Conv1dSpec { batch, n, c_in: c, .. } = conv;
@@ -122,6 +122,11 @@ pub(crate) fn check_fused_residual(conv: Conv1dSpec) {
     let mut apart = y0.clone();
     let len = apart.len();
     kit.axpy(1.0, &out, &mut apart, len).unwrap();
+
+    let (mut scratch, mut plain) = (vec![f32::NAN; x.len()], vec![f32::NAN; x.len()]);
+    kit.instance_norm_snake_conv1d(&norm, &x, None, Some(&style), &alpha, &conv, &w, Some(&bias), &mut scratch, &mut plain).unwrap();
+    assert!(plain.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits()), "{conv:?}: the fused step differs from the two ops");
+    assert!(scratch.iter().all(|v| v.is_nan()), "{conv:?}: the fused step wrote the scratch");
 
     let (mut consumed, mut scratch, mut fused) = (x.clone(), vec![f32::NAN; x.len()], y0);
     kit.instance_norm_snake_conv1d_add(&norm, &mut consumed, None, Some(&style), &alpha, &conv, &w, Some(&bias), &mut scratch, &mut fused)

@@ -38,7 +38,7 @@
 use rayon::prelude::*;
 
 use super::super::scratch::{with_scratch, with_shared_scratch};
-use super::tiled::{for_each_chunk, SharedOut};
+use super::tiled::{for_each_chunk, Around, SharedOut};
 use crate::cpu::seq::RowPrep;
 use crate::cpu::simd::dispatch;
 use crate::spec::{Conv1dSpec, GemmSpec, MatLayout, PadMode};
@@ -142,22 +142,6 @@ fn bit_reversed(m: usize) -> usize {
 /// (PyTorch's layout), `y [batch, n_out, c_out]`.
 pub(crate) fn conv1d_fft(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
     conv1d_in_chunks(spec, x, w, bias, y, Around::default(), chunk_values(spec), FilterSpectrum::PerBinOnOneChunk);
-}
-
-/// A function of the batch item and one input row (`c_in` values) that gives the row the
-/// convolution reads instead: the fused instance norm and Snake before Kokoro's resblock
-/// convolutions, applied as each tile gathers its rows.
-pub(crate) type ItemRowPrep<'a> = &'a (dyn Fn(usize, &[f32], &mut [f32]) + Sync);
-
-/// What [`conv1d_fft_around`] does around the convolution proper.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Around<'a> {
-    /// Each input row through this as a tile gathers it (zero padding stays zero): the
-    /// convolution of the mapped input, which is never written whole.
-    pub(crate) prep: Option<ItemRowPrep<'a>>,
-    /// Add each output (plus bias) to `y` instead of writing it: `y += conv(x) + bias`, the
-    /// residual step, rounded as the convolution into a buffer and an `axpy` after it.
-    pub(crate) accumulate: bool,
 }
 
 /// [`conv1d_fft`] with its input rows mapped and its outputs added, as `around` says: so an

@@ -8,7 +8,7 @@
 //! the dilation ignored; the bias left out) are O(1) away. Gauss's three products per bin add a
 //! rounding to each operand: measured 2.1–2.9e-7, against 1.8–2.3e-7 with the schoolbook four.
 
-use super::super::f64_reference::{check_against_f64, check_fused_residual, check_without_bias_twice, values};
+use super::super::f64_reference::{check_against_f64, check_fused_norm_conv, check_without_bias_twice, values};
 use super::{
     chunk_values, conv1d_fft, conv1d_in_chunks, suits, transpose_taps, transpose_taps_portable, Around, FilterSpectrum, BINS, CHUNK_VALUES,
     MIN_CHUNK_TILES, PARTS, TILE,
@@ -100,13 +100,13 @@ fn leaves_what_it_cannot_compute_to_the_other_paths() {
     assert!(!suits(&Conv1dSpec { n: 40, ..base }), "too few rows for one tile");
 }
 
-/// The f32 backend's residual step (instance norm + Snake + convolution + residual) runs here
-/// fused: the same bits as the three ops, neither the input nor the scratch written.
+/// The f32 backend's instance norm + Snake + convolution (+ residual) runs here fused: the same
+/// bits as the ops apart, neither the input nor the scratch written.
 #[test]
 fn the_f32_backend_fuses_norm_snake_and_residual_into_this_path() {
     let conv = Conv1dSpec::new(2, 300, 64, 64, 7).dilation(3).pad(9);
     assert!(suits(&conv));
-    check_fused_residual(conv);
+    check_fused_norm_conv(conv);
 }
 
 /// A chunk holds at least `MIN_CHUNK_TILES` tiles (Kokoro's 256-channel convolutions: twice the

@@ -4,6 +4,23 @@
 use crate::cpu::gemm_into;
 use crate::spec::{Conv1dSpec, GemmSpec};
 
+/// A function of the batch item and one input row (`c_in` values) that gives the row the
+/// convolution reads instead: the fused instance norm and Snake before Kokoro's resblock
+/// convolutions, applied as the path gathers its rows.
+pub(crate) type ItemRowPrep<'a> = &'a (dyn Fn(usize, &[f32], &mut [f32]) + Sync);
+
+/// What a tiled path (`fourier::conv1d_fft_around`, `winograd::conv1d_winograd_around`) does
+/// around the convolution proper.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Around<'a> {
+    /// Each input row through this as the path gathers it (zero padding stays zero): the
+    /// convolution of the mapped input, which is never written whole.
+    pub(crate) prep: Option<ItemRowPrep<'a>>,
+    /// Add each output (plus bias) to `y` instead of writing it: `y += conv(x) + bias`, the
+    /// residual step, rounded as the convolution into a buffer and an `axpy` after it.
+    pub(crate) accumulate: bool,
+}
+
 /// Calls `f(item, x_item, y_item, j0, j1)` for every batch item and every chunk `j0 .. j1` of
 /// `chunk_columns` tile columns out of `columns`: the scratch a path holds covers one chunk, so
 /// a long input is walked a chunk at a time.

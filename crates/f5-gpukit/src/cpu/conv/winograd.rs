@@ -21,7 +21,7 @@ use rayon::prelude::*;
 
 use super::super::gemm_raw;
 use super::super::scratch::{with_scratch, with_shared_scratch};
-use super::tiled::{for_each_chunk, SharedOut};
+use super::tiled::{for_each_chunk, Around, SharedOut};
 use crate::cpu::simd::dispatch;
 use crate::spec::{Conv1dSpec, GemmSpec, MatLayout, PadMode};
 
@@ -76,12 +76,26 @@ pub(crate) fn enabled() -> bool {
 /// `y = conv(x, w) + bias` for a spec that [`suits`]; `x [batch, n, c_in]`, `w [c_out, c_in, 3]`
 /// (PyTorch's layout), `y [batch, n_out, c_out]`.
 pub(crate) fn conv1d_winograd(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
-    conv1d_in_chunks(spec, x, w, bias, y, CHUNK_VALUES);
+    conv1d_in_chunks(spec, x, w, bias, y, Around::default(), CHUNK_VALUES);
 }
 
-/// [`conv1d_winograd`] with at most `chunk_values` transformed values per chunk (at least one
-/// tile column's), so the tests can cross chunk boundaries on small inputs.
-fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], chunk_values: usize) {
+/// [`conv1d_winograd`] with its input rows mapped and its outputs added, as `around` says (the
+/// FFT path's `conv1d_fft_around` for three taps): an instance norm + Snake + convolution
+/// (+ residual) then writes only its output, where the ops apart write the normalised input
+/// whole, an activation's size (80 MB at Kokoro's last rate on a long input). The mapped rows
+/// are made a chunk at a time, each row once, into scratch the size of the chunk's input
+/// (a tile's six rows overlap its neighbours' by two, so mapping them as each tile gathers
+/// them would map every row 1.5 times).
+pub(crate) fn conv1d_winograd_around(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], around: Around<'_>) {
+    conv1d_in_chunks(spec, x, w, bias, y, around, CHUNK_VALUES);
+}
+
+/// Input rows mapped per task of a chunk's [`Around::prep`].
+const PREP_ROWS: usize = 64;
+
+/// [`conv1d_winograd_around`] with at most `chunk_values` transformed values per chunk (at least
+/// one tile column's), so the tests can cross chunk boundaries on small inputs.
+fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], around: Around<'_>, chunk_values: usize) {
     let Conv1dSpec { c_in, c_out, dilation: d, .. } = *spec;
     let n_out = spec.n_out();
     if n_out == 0 || c_out == 0 {
@@ -94,15 +108,34 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
         filter_transform(spec, w, filters);
         let filters = &*filters;
         let chunk_tiles = chunk_columns * d;
-        with_shared_scratch(chunk_tiles * per_tile, |work| {
+        // With a row map, room for a chunk's mapped input rows (its tiles' span).
+        let mapped_len = if around.prep.is_some() { (d * (OUT * chunk_columns + POINTS - OUT)).min(spec.n) * c_in } else { 0 };
+        with_shared_scratch(chunk_tiles * per_tile + mapped_len, |work| {
+            let (work, mapped) = work.split_at_mut(chunk_tiles * per_tile);
             let (u, m) = work.split_at_mut(chunk_tiles * POINTS * c_in);
-            for_each_chunk(spec, x, y, columns, chunk_columns, |_, xb, yb, j0, j1| {
+            for_each_chunk(spec, x, y, columns, chunk_columns, |b, xb, yb, j0, j1| {
                 let tiles = (j1 - j0) * d;
+                // 0. With a row map, the chunk's input rows mapped, each once: the tiles then
+                //    gather from those (row `first` of the input at the start).
+                let (rows, first) = match around.prep {
+                    Some(prep) => {
+                        let span = chunk_input_rows(spec, j0, j1);
+                        let mapped = &mut mapped[..span.len() * c_in];
+                        mapped.par_chunks_mut(PREP_ROWS * c_in).enumerate().for_each(|(task, out)| {
+                            let row0 = span.start + task * PREP_ROWS;
+                            for (i, row) in out.chunks_exact_mut(c_in).enumerate() {
+                                prep(b, &xb[(row0 + i) * c_in..(row0 + i + 1) * c_in], row);
+                            }
+                        });
+                        (&*mapped, span.start)
+                    }
+                    None => (xb, 0),
+                };
                 // 1. Transformed inputs, `[tile][point][c_in]`, tile i = column · d + phase.
                 let u = &mut u[..tiles * POINTS * c_in];
                 u.par_chunks_mut(POINTS * c_in).enumerate().for_each(|(i, out)| {
                     let (j, r) = (j0 + i / d, i % d);
-                    input_tile(spec, xb, r, j * OUT, out);
+                    input_tile(spec, rows, first, r, j * OUT, out);
                 });
                 // 2. Per point, every tile's row times that point's filters, into
                 //    `[point][tile][c_out]`; each task a block of one point's tiles.
@@ -143,14 +176,19 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
                         // Phase r's outputs in this column: rows r, r + d, … of `rows`.
                         let dst = &mut rows[r * c_out..];
                         if dst.len() >= (OUT - 1) * d * c_out + c_out {
-                            output_rows(&products, bias, dst, d * c_out);
+                            output_rows(&products, bias, dst, d * c_out, around.accumulate);
                         } else {
                             // The last column's phase ends early: through a scratch tile.
                             with_scratch(OUT * c_out, |outs| {
-                                output_rows(&products, bias, outs, c_out);
+                                output_rows(&products, bias, outs, c_out, false);
                                 for (s, out) in outs.chunks_exact(c_out).enumerate() {
                                     if s * d * c_out < dst.len() {
-                                        dst[s * d * c_out..s * d * c_out + c_out].copy_from_slice(out);
+                                        let dst = &mut dst[s * d * c_out..s * d * c_out + c_out];
+                                        if around.accumulate {
+                                            dst.iter_mut().zip(out).for_each(|(v, o)| *v += o);
+                                        } else {
+                                            dst.copy_from_slice(out);
+                                        }
                                     }
                                 }
                             });
@@ -204,26 +242,35 @@ fn filter_transform(spec: &Conv1dSpec, w: &[f32], out: &mut [f32]) {
     });
 }
 
+/// The input rows that tile columns `j0 .. j1` read (every phase), within the input: from the
+/// first phase's first row of column `j0` to the last phase's last of column `j1 − 1`.
+fn chunk_input_rows(spec: &Conv1dSpec, j0: usize, j1: usize) -> std::ops::Range<usize> {
+    let Conv1dSpec { n, pad, dilation: d, .. } = *spec;
+    let start = (d * OUT * j0).saturating_sub(pad).min(n);
+    let end = (d - 1 + d * (OUT * j1.max(1) - OUT + POINTS - 1) + 1).saturating_sub(pad).min(n);
+    start..end.max(start)
+}
+
 /// `Bᵀ·u` for one tile: phase `r`'s input rows `s0 .. s0 + 6` (zero past either edge) into
-/// `out [point][c_in]`.
-fn input_tile(spec: &Conv1dSpec, xb: &[f32], r: usize, s0: usize, out: &mut [f32]) {
+/// `out [point][c_in]`, from `rows`, which hold the input's rows from row `first` on.
+fn input_tile(spec: &Conv1dSpec, rows: &[f32], first: usize, r: usize, s0: usize, out: &mut [f32]) {
     let Conv1dSpec { n, c_in, pad, dilation: d, .. } = *spec;
-    let src = |t: usize| (r + d * (s0 + t)).checked_sub(pad).filter(|&i| i < n);
+    let src = |t: usize| (r + d * (s0 + t)).checked_sub(pad).filter(|&i| i < n).map(|i| i - first);
     if src(0).is_some() && src(POINTS - 1).is_some() {
         // Inside the input (so are the rows in between): no zero rows to make.
-        input_rows(&std::array::from_fn(|t| tile_row(xb, &[], src(t), c_in)), out);
+        input_rows(&std::array::from_fn(|t| tile_row(rows, &[], src(t), c_in)), out);
     } else {
         with_scratch(c_in, |zeros| {
             zeros.fill(0.0);
-            input_rows(&std::array::from_fn(|t| tile_row(xb, zeros, src(t), c_in)), out);
+            input_rows(&std::array::from_fn(|t| tile_row(rows, zeros, src(t), c_in)), out);
         });
     }
 }
 
-/// Input row `src` of `xb`, or `zeros` where the row lies in the padding.
-fn tile_row<'a>(xb: &'a [f32], zeros: &'a [f32], src: Option<usize>, c_in: usize) -> &'a [f32] {
+/// Row `src` of `rows`, or `zeros` where the row lies in the padding.
+fn tile_row<'a>(rows: &'a [f32], zeros: &'a [f32], src: Option<usize>, c_in: usize) -> &'a [f32] {
     match src {
-        Some(i) => &xb[i * c_in..(i + 1) * c_in],
+        Some(i) => &rows[i * c_in..(i + 1) * c_in],
         None => zeros,
     }
 }
@@ -252,8 +299,9 @@ dispatch! {
 
 dispatch! {
     /// `Aᵀ·m + bias` over a row of output channels: six products into the four output rows
-    /// `out[0..c]`, `out[stride..stride + c]`, … (`bias` empty: none).
-    pub fn output_rows(m: &[&[f32]; POINTS], bias: &[f32], out: &mut [f32], stride: usize) {
+    /// `out[0..c]`, `out[stride..stride + c]`, … (`bias` empty: none), or, with `accumulate`,
+    /// added to what they hold (rounded as the outputs and an `axpy` after them).
+    pub fn output_rows(m: &[&[f32]; POINTS], bias: &[f32], out: &mut [f32], stride: usize, accumulate: bool) {
         let c = m[0].len();
         let (y0, rest) = out.split_at_mut(stride);
         let (y1, rest) = rest.split_at_mut(stride);
@@ -266,10 +314,15 @@ dispatch! {
             let (a, b) = (m1[i] + m2[i], m1[i] - m2[i]);
             let (e, f) = (m3[i] + m4[i], m3[i] - m4[i]);
             let bv = bias_at(i);
-            y0[i] = m0[i] + a + e + bv;
-            y1[i] = b + 2.0 * f + bv;
-            y2[i] = a + 4.0 * e + bv;
-            y3[i] = b + 8.0 * f + m5[i] + bv;
+            let outs = [m0[i] + a + e + bv, b + 2.0 * f + bv, a + 4.0 * e + bv, b + 8.0 * f + m5[i] + bv];
+            if accumulate {
+                y0[i] += outs[0];
+                y1[i] += outs[1];
+                y2[i] += outs[2];
+                y3[i] += outs[3];
+            } else {
+                [y0[i], y1[i], y2[i], y3[i]] = outs;
+            }
         }
     }
 }
