@@ -344,7 +344,7 @@ const TRANSPOSE_LANES: usize = 16;
 /// in each output channel's filter) as rows over the output channels. With AVX2, 8 × 8 blocks
 /// transposed in registers (eight row loads and eight row stores where the portable form moves
 /// each value on its own: a call's transposes were 2 % of a sentence's forward on a Zen 2).
-fn transpose_taps(w: &[f32], stride: usize, run: usize, taps: &mut [f32]) {
+pub(super) fn transpose_taps(w: &[f32], stride: usize, run: usize, taps: &mut [f32]) {
     let c_out = taps.len() / run.max(1);
     assert!(c_out == 0 || (c_out - 1) * stride + run <= w.len(), "filters shorter than the transpose reads");
     #[cfg(target_arch = "x86_64")]
