@@ -512,8 +512,12 @@ impl CpuBf16Backend {
     /// written to `y` or, with `accumulate`, added to it block by block; on an output of
     /// [`STATS_FROM_BYTES`] or more its rows' statistics are formed block by block too and left
     /// on `y`. `scratch_len` is the length of the buffer the unfused ops would normalise into,
-    /// checked as they would check it. `Ok(false)` (nothing done, `y` untouched) where the
-    /// filters or the CPU take neither kernel.
+    /// checked as they would check it. Where the CPU takes neither kernel (no AVX-512 BF16), bf16
+    /// filters are widened to f32 and the f32 backend's tiled paths fuse the same way
+    /// ([`CpuBackend::norm_snake_conv_tiled`], this backend's Snake), so the normalised rows are
+    /// not written there either (at Kokoro's generator's last rate an activation's size: 9.4 MB
+    /// on a sentence, 80 MB on a long input); no statistics are left on `y` then. `Ok(false)`
+    /// (nothing done, `y` untouched) where the filters or the shape take none of these.
     #[allow(clippy::too_many_arguments)]
     fn fused_conv(
         &self,
@@ -533,14 +537,34 @@ impl CpuBf16Backend {
         if norm.n == 0 || norm.c == 0 {
             return Ok(false);
         }
-        let Some(kernel) = self.dense_kernel(conv, weight) else { return Ok(false) };
+        let kernel = self.dense_kernel(conv, weight);
+        // Neither kernel (the bf16 products do not pay here): bf16 filters widened onto the f32
+        // backend's tiled paths, where one takes the shape.
+        let widened = match (&kernel, &weight.0) {
+            (Some(_), _) => None,
+            (None, Repr::Bf16(w)) if crate::cpu::conv::around_applies(conv) => Some(&w[..]),
+            (None, _) => return Ok(false),
+        };
         let filters_len = match &kernel {
-            DenseKernel::Int8(_, filters) => filters.len(),
-            DenseKernel::Bf16(_, w) => w.len(),
+            Some(DenseKernel::Int8(_, filters)) => filters.len(),
+            Some(DenseKernel::Bf16(_, w)) => w.len(),
+            None => weight.len(),
         };
         let (affine, style) = norm_operands(op, affine, style)?;
         let (xv, alpha) = (x.f32(op)?, alpha.f32(op)?);
         let bias = bias.map(|b| b.f32(op)).transpose()?.map(|b| b.as_slice());
+        let snake: Option<crate::cpu::seq::SnakeAfter<'_>> = Some((alpha, crate::cpu::seq::SnakeSine::F32));
+        let row_norm = |b: usize, xb: &[f32]| match x.known_stats(norm, b) {
+            Some(stats) => RowNorm::from_stats(norm, b, stats, affine, style, snake),
+            None => RowNorm::of(norm, b, xb, affine, style, snake),
+        };
+        if let Some(w) = widened {
+            let out = y.f32_mut(op)?;
+            return self.with_widened(w, |wide| {
+                self.f32.norm_snake_conv_tiled(norm, xv, affine, style, alpha, row_norm, conv, wide, bias, scratch_len, accumulate, out)
+            });
+        }
+        let Some(kernel) = kernel else { return Ok(false) };
         let InstanceNormSpec { batch, n, c, .. } = *norm;
         let (n_out, c_out) = (conv.n_out(), conv.c_out);
         let out_len = batch * n_out * c_out;
@@ -551,12 +575,7 @@ impl CpuBf16Backend {
         }
         let item = |b: usize| {
             let xb = &xv[b * n * c..(b + 1) * n * c];
-            let snake: Option<crate::cpu::seq::SnakeAfter<'_>> = Some((alpha, crate::cpu::seq::SnakeSine::F32));
-            let rows = match x.known_stats(norm, b) {
-                Some(stats) => RowNorm::from_stats(norm, b, stats, affine, style, snake),
-                None => RowNorm::of(norm, b, xb, affine, style, snake),
-            };
-            (xb, rows)
+            (xb, row_norm(b, xb))
         };
         let collect = c_out > 0 && n_out * c_out * 4 >= self.stats_from_bytes;
         let mut chunks: Vec<Vec<ChunkStats>> =
@@ -587,45 +606,6 @@ impl CpuBf16Backend {
             y.2 = Some(Box::new(KnownStats { batch, n: n_out, c: c_out, items }));
         }
         Ok(true)
-    }
-
-    /// [`CpuBackend::norm_snake_conv_tiled`] on a bf16 weight widened to f32, with this backend's
-    /// Snake: where the bf16 products do not pay (CPUs without AVX-512 BF16), the f32 backend's
-    /// fused tiled convolutions, so `t` is not written there either (9.4 MB on a sentence at
-    /// Kokoro's generator's last rate, 80 MB on a long input); the bits are the ops'. `Ok(false)`,
-    /// with nothing written, for other weights and where no tiled path applies.
-    #[allow(clippy::too_many_arguments)]
-    fn fused_widened_conv(
-        &self,
-        op: &'static str,
-        norm: &InstanceNormSpec,
-        x: &CpuBuf,
-        affine: Option<(&CpuBuf, &CpuBuf)>,
-        style: Option<&CpuBuf>,
-        alpha: &CpuBuf,
-        conv: &Conv1dSpec,
-        weight: &CpuBuf,
-        bias: Option<&CpuBuf>,
-        scratch_len: usize,
-        accumulate: bool,
-        y: &mut CpuBuf,
-    ) -> Result<bool> {
-        let Repr::Bf16(w) = &weight.0 else { return Ok(false) };
-        if norm.n == 0 || norm.c == 0 || !crate::cpu::conv::around_applies(conv) {
-            return Ok(false);
-        }
-        let (affine, style) = norm_operands(op, affine, style)?;
-        let (xv, alpha) = (x.f32(op)?, alpha.f32(op)?);
-        let bias = bias.map(|b| b.f32(op)).transpose()?.map(|b| b.as_slice());
-        let out = y.f32_mut(op)?;
-        let snake: Option<crate::cpu::seq::SnakeAfter<'_>> = Some((alpha, crate::cpu::seq::SnakeSine::F32));
-        let rows = |b: usize, xb: &[f32]| match x.known_stats(norm, b) {
-            Some(stats) => RowNorm::from_stats(norm, b, stats, affine, style, snake),
-            None => RowNorm::of(norm, b, xb, affine, style, snake),
-        };
-        self.with_widened(w, |wide| {
-            self.f32.norm_snake_conv_tiled(norm, xv, affine, style, alpha, rows, conv, wide, bias, scratch_len, accumulate, out)
-        })
     }
 
     /// Whether dense convolutions run on the AMX tiles: the bf16 ones whose input channels come
@@ -1220,9 +1200,7 @@ impl Backend for CpuBf16Backend {
         crate::check::norm_then_conv(norm, conv)?;
         let op = "instance_norm_snake_conv1d";
         let scratch_len = t.f32(op)?.len();
-        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, false, y)?
-            || self.fused_widened_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, false, y)?
-        {
+        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, false, y)? {
             return Ok(());
         }
         self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
@@ -1254,9 +1232,7 @@ impl Backend for CpuBf16Backend {
         let op = "instance_norm_snake_conv1d_add";
         let out_len = crate::check::norm_then_conv_add(norm, conv, x.f32(op)?.len())?;
         let scratch_len = t.f32(op)?.len();
-        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, true, y)?
-            || self.fused_widened_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, true, y)?
-        {
+        if self.fused_conv(op, norm, x, affine, style, alpha, conv, weight, bias, scratch_len, true, y)? {
             return Ok(());
         }
         self.instance_norm_snake(norm, x, affine, style, alpha, t)?;
