@@ -109,7 +109,7 @@ fn conv1d_in_chunks(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]
         let filters = &*filters;
         let chunk_tiles = chunk_columns * d;
         // With a row map, room for a chunk's mapped input rows (its tiles' span).
-        let mapped_len = if around.prep.is_some() { (d * (OUT * chunk_columns + POINTS - OUT)).min(spec.n) * c_in } else { 0 };
+        let mapped_len = if around.prep.is_some() { most_chunk_input_rows(spec, chunk_columns) * c_in } else { 0 };
         with_shared_scratch(chunk_tiles * per_tile + mapped_len, |work| {
             let (work, mapped) = work.split_at_mut(chunk_tiles * per_tile);
             let (u, m) = work.split_at_mut(chunk_tiles * POINTS * c_in);
@@ -249,6 +249,12 @@ fn chunk_input_rows(spec: &Conv1dSpec, j0: usize, j1: usize) -> std::ops::Range<
     let start = (d * OUT * j0).saturating_sub(pad).min(n);
     let end = (d - 1 + d * (OUT * j1.max(1) - OUT + POINTS - 1) + 1).saturating_sub(pad).min(n);
     start..end.max(start)
+}
+
+/// The most input rows a chunk of `chunk_columns` tile columns reads ([`chunk_input_rows`]'s
+/// longest span): four outputs a column and two rows of overlap, in each of `d` phases.
+fn most_chunk_input_rows(spec: &Conv1dSpec, chunk_columns: usize) -> usize {
+    (spec.dilation * (OUT * chunk_columns + POINTS - OUT)).min(spec.n)
 }
 
 /// `Bᵀ·u` for one tile: phase `r`'s input rows `s0 .. s0 + 6` (zero past either edge) into

@@ -6,7 +6,9 @@
 //! (2⁻²⁴ ≈ 6e-8) of those terms; measured 4–6e-7. The wrong variants are O(1) away.
 
 use super::super::f64_reference::{check_against_f64, check_fused_norm_conv, check_without_bias_twice, values};
-use super::{chunk_input_rows, computes, conv1d_in_chunks, conv1d_winograd, suits, Around, CHUNK_VALUES, OUT, POINTS};
+use super::{
+    chunk_input_rows, computes, conv1d_in_chunks, conv1d_winograd, most_chunk_input_rows, suits, Around, CHUNK_VALUES, OUT, POINTS,
+};
 use crate::spec::{Conv1dSpec, PadMode};
 
 const TOLERANCE: f64 = 2e-6;
@@ -112,7 +114,7 @@ fn a_chunk_maps_exactly_the_rows_its_tiles_read() {
                 .collect();
             let (lo, hi) = (read.iter().min().copied().unwrap_or(0), read.iter().max().map_or(0, |m| m + 1));
             assert_eq!(chunk_input_rows(&spec, j0, j1), lo..hi, "{spec:?}, columns {j0}..{j1}");
-            let most = (d * (OUT * (j1 - j0) + POINTS - OUT)).min(spec.n);
+            let most = most_chunk_input_rows(&spec, j1 - j0);
             assert!(hi - lo <= most, "{spec:?}: {} rows past the scratch's {most}", hi - lo);
         }
     }
