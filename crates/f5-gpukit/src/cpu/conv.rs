@@ -366,10 +366,8 @@ pub fn conv_transpose1d(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: 
     if n_out == 0 || c_out == 0 {
         return;
     }
-    if groups == 1 && n > 0 && c_in > 0 {
-        if let Some(isa) = direct::Isa::detect().filter(|&isa| direct::applies(isa, c_in, c_out)) {
-            return direct::conv_transpose1d_dense(isa, spec, x, w, bias, y);
-        }
+    if let Some(isa) = direct_transposed(spec) {
+        return direct::conv_transpose1d_dense(isa, spec, x, direct::TransposedFilters::F32(w), bias, y);
     }
     for b in 0..batch {
         let yb = &mut y[b * n_out * c_out..(b + 1) * n_out * c_out];
@@ -385,6 +383,28 @@ pub fn conv_transpose1d(spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: 
         return transpose_depthwise(spec, x, w, y);
     }
     transpose_by_gemm(spec, x, w, y)
+}
+
+/// The direct kernel's instruction set where it takes this transposed convolution: dense, with
+/// rows and input channels, on a CPU and channel counts it tiles ([`direct::applies`]).
+fn direct_transposed(spec: &ConvTranspose1dSpec) -> Option<direct::Isa> {
+    let ConvTranspose1dSpec { n, c_in, c_out, groups, .. } = *spec;
+    if groups != 1 || n == 0 || c_in == 0 {
+        return None;
+    }
+    direct::Isa::detect().filter(|&isa| direct::applies(isa, c_in, c_out))
+}
+
+/// [`conv_transpose1d`] with filters given as bf16 bits, where the direct kernel takes it: the
+/// filters are widened exactly as they are packed into its panels, so no f32 copy of the whole
+/// bank is made. Returns `false`, having touched nothing, where the direct kernel does not take
+/// the convolution; the caller then widens the bank for [`conv_transpose1d`].
+pub(crate) fn conv_transpose1d_bf16_filters(spec: &ConvTranspose1dSpec, x: &[f32], w: &[u16], bias: Option<&[f32]>, y: &mut [f32]) -> bool {
+    let Some(isa) = direct_transposed(spec) else {
+        return false;
+    };
+    direct::conv_transpose1d_dense(isa, spec, x, direct::TransposedFilters::Bf16(w), bias, y);
+    true
 }
 
 /// A grouped (or, where the direct kernel does not take it, dense) transposed convolution added into `y`, which holds the

@@ -1100,8 +1100,9 @@ impl Backend for CpuBf16Backend {
     /// convolution kernel, its output phases as one convolution's channels (the
     /// `conv_transpose` module: the inputs rounded to bf16 as they are converted, f32 sums and
     /// output; the AMX tiles where the CPU has them); a grouped or depthwise one, and every one where the
-    /// bf16 dot products do not pay, runs in f32 on the filters widened from bf16 (into scratch
-    /// memory, per call). With f32 filters, the f32 transposed convolution.
+    /// bf16 dot products do not pay, runs in f32 on the filters widened from bf16: as the f32
+    /// direct kernel packs them where it takes the shape, else into scratch memory, per call.
+    /// With f32 filters, the f32 transposed convolution.
     fn conv_transpose1d(
         &self,
         spec: &ConvTranspose1dSpec,
@@ -1124,8 +1125,10 @@ impl Backend for CpuBf16Backend {
                 if let Some(cpu) = self.bf16_dot.filter(|_| spec.groups == 1) {
                     self.f32.run(|| conv_transpose::conv_transpose1d_dense(cpu, self.amx_bf16, spec, x, w, bias, y));
                     Ok(())
-                } else {
+                } else if !self.f32.run(|| crate::cpu::conv::conv_transpose1d_bf16_filters(spec, x, w, bias, y)) {
                     self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv_transpose1d(spec, x, wide, bias, y)));
+                    Ok(())
+                } else {
                     Ok(())
                 }
             }

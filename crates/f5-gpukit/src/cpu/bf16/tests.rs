@@ -520,23 +520,25 @@ fn without_bf16_dot_products_bf16_weights_compute_exactly_as_f32_on_their_roundi
         }
     }
 
-    // A transposed convolution (the generator's upsampler's shape, scaled down).
-    let spec = ConvTranspose1dSpec::new(1, 30, 32, 16, 8, 4).pad(2);
-    let (x, w, b) = (values(30 * 32), values(32 * 16 * 8), values(16));
-    let n_y = spec.n_out() * 16;
-    let mut want = vec![0.0; n_y];
-    f32_kit.conv_transpose1d(&spec, &x, &rounded(&w), Some(&b), &mut want).unwrap();
-    let mut y = widened.alloc(n_y).unwrap();
-    widened
-        .conv_transpose1d(
-            &spec,
-            &widened.upload(&x).unwrap(),
-            &widened.upload_weight(&w).unwrap(),
-            Some(&widened.upload(&b).unwrap()),
-            &mut y,
-        )
-        .unwrap();
-    assert!(widened.download(&y).unwrap() == want, "conv_transpose1d");
+    // Transposed convolutions: the generator's upsampler's shape scaled down (36 input channels,
+    // a partial block of the packing's eight, on the direct kernel, which widens the bf16 filters
+    // as it packs them), the second upsampler's 22 input channels (below the AVX2 direct kernel:
+    // the bank widened whole there), and a grouped one (widened whole everywhere).
+    let transposed = [
+        ConvTranspose1dSpec::new(1, 30, 36, 16, 8, 4).pad(2),
+        ConvTranspose1dSpec::new(1, 20, 22, 16, 12, 6).pad(3),
+        ConvTranspose1dSpec::new(1, 20, 32, 32, 4, 2).pad(1).groups(4),
+    ];
+    for spec in transposed {
+        let (x, w, b) = (values(spec.n * spec.c_in), values(spec.c_in * spec.c_out / spec.groups * spec.kernel), values(spec.c_out));
+        let n_y = spec.n_out() * spec.c_out;
+        let mut want = vec![0.0; n_y];
+        f32_kit.conv_transpose1d(&spec, &x, &rounded(&w), Some(&b), &mut want).unwrap();
+        let mut y = widened.alloc(n_y).unwrap();
+        let (xb, wb, bb) = (widened.upload(&x).unwrap(), widened.upload_weight(&w).unwrap(), widened.upload(&b).unwrap());
+        widened.conv_transpose1d(&spec, &xb, &wb, Some(&bb), &mut y).unwrap();
+        assert!(widened.download(&y).unwrap() == want, "{spec:?}");
+    }
 }
 
 /// Where the bf16 dot products are off, instance norm + Snake + convolution (and its residual

@@ -27,6 +27,7 @@ use rayon::prelude::*;
 use super::fourier::transpose_taps;
 use super::tiled::SharedOut;
 use super::{rows_read, tap_offsets};
+use crate::cpu::bf16::gemm::from_bf16;
 use crate::cpu::scratch::{with_scratch, with_scratch_usize, with_shared_scratch};
 pub(super) use crate::cpu::simd::Isa;
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec};
@@ -170,7 +171,14 @@ fn conv_block(isa: Isa, spec: &Conv1dSpec, xb: &[f32], packed: &[f32], bias: Opt
 /// is not added into an output, and nothing is gathered afterwards. The GEMM + col2im path it
 /// replaces (kept for grouped filters and where [`applies`] says no) multiplied every input row by
 /// every tap into a contribution matrix, then added those up row by row.
-pub(super) fn conv_transpose1d_dense(isa: Isa, spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32]) {
+pub(super) fn conv_transpose1d_dense(
+    isa: Isa,
+    spec: &ConvTranspose1dSpec,
+    x: &[f32],
+    w: TransposedFilters<'_>,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
     debug_assert_eq!(spec.groups, 1, "conv_transpose1d_dense takes dense convolutions only");
     let ConvTranspose1dSpec { batch, n, c_in, c_out, kernel, stride, .. } = *spec;
     let n_out = spec.n_out();
@@ -205,6 +213,16 @@ fn phase_taps(spec: &ConvTranspose1dSpec, r: usize) -> usize {
     spec.kernel.saturating_sub(r).div_ceil(spec.stride)
 }
 
+/// A transposed convolution's filter bank, PyTorch's `[c_in, c_out, K]`: f32 values, or bf16
+/// bits (the bf16 backend's weights where its own kernels do not pay), which the packing widens
+/// exactly one input channel at a time. Widening the whole bank first made an f32 copy as large
+/// as the packed panels (10.5 MB for Kokoro's first upsampler) next to them at the op's peak.
+#[derive(Clone, Copy)]
+pub(crate) enum TransposedFilters<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [u16]),
+}
+
 /// Input channels per task of [`pack_transposed_filters`].
 const PACK_CHANNELS: usize = 8;
 
@@ -215,8 +233,9 @@ const PACK_CHANNELS: usize = 8;
 /// PyTorch's `[c_in, c_out, K]`: each input channel's `c_out × K` block is transposed to rows
 /// over the output channels (8 × 8 in registers with AVX2), whose runs are then copied into
 /// the panels. Value by value, one strided load per value, the packing was a fifth of the
-/// first upsampler's time on a sentence.
-fn pack_transposed_filters(spec: &ConvTranspose1dSpec, w: &[f32], panel_len: usize, packed: &mut [f32]) {
+/// first upsampler's time on a sentence. bf16 filters are widened a channel's block at a time
+/// into the task's scratch just before its transpose.
+fn pack_transposed_filters(spec: &ConvTranspose1dSpec, w: TransposedFilters<'_>, panel_len: usize, packed: &mut [f32]) {
     let ConvTranspose1dSpec { c_in, c_out, kernel, stride, .. } = *spec;
     let panels = c_out.div_ceil(NR);
     packed
@@ -226,10 +245,22 @@ fn pack_transposed_filters(spec: &ConvTranspose1dSpec, w: &[f32], panel_len: usi
     let dst = SharedOut(packed.as_mut_ptr(), packed.len());
     let zeros = [0.0f32; NR];
     (0..c_in.div_ceil(PACK_CHANNELS)).into_par_iter().for_each(|blk| {
-        with_scratch(kernel * c_out, |rows| {
+        let block = kernel * c_out;
+        let widened = if matches!(w, TransposedFilters::Bf16(_)) { block } else { 0 };
+        with_scratch(block + widened, |scratch| {
+            let (rows, wide) = scratch.split_at_mut(block);
             for ci in blk * PACK_CHANNELS..((blk + 1) * PACK_CHANNELS).min(c_in) {
+                let filters = match w {
+                    TransposedFilters::F32(w) => &w[ci * block..(ci + 1) * block],
+                    TransposedFilters::Bf16(bits) => {
+                        for (o, &b) in wide.iter_mut().zip(&bits[ci * block..(ci + 1) * block]) {
+                            *o = from_bf16(b);
+                        }
+                        &*wide
+                    }
+                };
                 // rows[k·c_out + co] = w[ci][co][k].
-                transpose_taps(&w[ci * c_out * kernel..(ci + 1) * c_out * kernel], kernel, kernel, rows);
+                transpose_taps(filters, kernel, kernel, rows);
                 for jp in 0..panels {
                     let (j0, cols) = (jp * NR, (c_out - jp * NR).min(NR));
                     for r in 0..stride {

@@ -12,7 +12,7 @@
 //! AVX-512 CPU has too); where both run, the AVX2 form must give the AVX-512 form's bits.
 
 use super::super::f64_reference::values;
-use super::{applies, conv1d_dense, conv_transpose1d_dense, merged_taps, Isa, MR};
+use super::{applies, conv1d_dense, conv_transpose1d_dense, merged_taps, Isa, TransposedFilters, MR};
 use crate::cpu::conv::{grouped, tap_offsets, transpose_by_gemm};
 use crate::cpu::simd::{Avx2Fma, Avx512F};
 use crate::spec::{Conv1dSpec, ConvTranspose1dSpec, PadMode};
@@ -93,7 +93,7 @@ fn run(isa: Isa, spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: &[f32], threads:
 fn run_transposed(isa: Isa, spec: &ConvTranspose1dSpec, x: &[f32], w: &[f32], bias: &[f32], threads: usize) -> Vec<f32> {
     let mut y = vec![f32::NAN; spec.batch * spec.n_out() * spec.c_out];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("test pool");
-    pool.install(|| conv_transpose1d_dense(isa, spec, x, w, Some(bias), &mut y));
+    pool.install(|| conv_transpose1d_dense(isa, spec, x, TransposedFilters::F32(w), Some(bias), &mut y));
     y
 }
 
