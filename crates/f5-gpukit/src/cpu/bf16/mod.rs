@@ -1125,10 +1125,11 @@ impl Backend for CpuBf16Backend {
                 if let Some(cpu) = self.bf16_dot.filter(|_| spec.groups == 1) {
                     self.f32.run(|| conv_transpose::conv_transpose1d_dense(cpu, self.amx_bf16, spec, x, w, bias, y));
                     Ok(())
-                } else if !self.f32.run(|| crate::cpu::conv::conv_transpose1d_bf16_filters(spec, x, w, bias, y)) {
-                    self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv_transpose1d(spec, x, wide, bias, y)));
-                    Ok(())
                 } else {
+                    let packed_from_bits = self.f32.run(|| crate::cpu::conv::conv_transpose1d_bf16_filters(spec, x, w, bias, y));
+                    if !packed_from_bits {
+                        self.with_widened(w, |wide| self.f32.run(|| crate::cpu::conv::conv_transpose1d(spec, x, wide, bias, y)));
+                    }
                     Ok(())
                 }
             }
