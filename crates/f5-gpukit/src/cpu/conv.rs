@@ -70,8 +70,14 @@ pub fn conv1d(spec: &Conv1dSpec, x: &[f32], w: &[f32], bias: Option<&[f32]>, y: 
 pub(crate) use tiled::Around;
 
 /// Whether [`conv1d`] takes the FFT path for `spec`.
-fn fft_applies(spec: &Conv1dSpec) -> bool {
+pub(crate) fn fft_applies(spec: &Conv1dSpec) -> bool {
     spec.groups == 1 && fourier::suits(spec) && fourier::enabled()
+}
+
+/// Whether [`conv1d`] takes the FFT path for a convolution of `spec`'s shape once its input is
+/// long enough ([`fft_applies`] but for the length).
+pub(crate) fn fft_takes_shape(spec: &Conv1dSpec) -> bool {
+    spec.groups == 1 && fourier::suits_shape(spec) && fourier::enabled()
 }
 
 /// Whether [`conv1d`] takes the Winograd path for `spec`.

@@ -8,7 +8,10 @@
 //! ([`attention`]: q, k, v and the softmax weights rounded to bf16, exact f32 softmax); a dense
 //! `conv1d` with a bf16 filter bank runs on a tile kernel of the same arithmetic that reads the
 //! taps straight from a bf16 copy of the input ([`conv`]), and a dense `conv_transpose1d` runs
-//! as one such convolution over its output phases ([`conv_transpose`]).
+//! as one such convolution over its output phases ([`conv_transpose`]). Without AMX tiles, a
+//! dense bank of [`FFT_OVER_BF16_FROM_TAPS`] taps or more that the f32 FFT path takes is widened
+//! to f32 per call and runs there instead: fewer multiply-adds than the direct sum, by more
+//! than the bf16 products' doubled rate gains.
 //! Everything else is the f32 [`CpuBackend`], which this type wraps: its buffers are the same
 //! `Vec<f32>`, its thread pool is the same pool.
 //!
@@ -476,6 +479,21 @@ impl CpuBf16Backend {
         self.int8.filter(|vnni| conv_int8::supports(spec) && !(vnni.amx() && bf16_tiles_win))
     }
 
+    /// Whether a dense convolution of `spec` with bf16 filters runs faster on the f32 backend's
+    /// FFT path, its filters widened per call, than on the AVX-512 BF16 kernel: from
+    /// [`FFT_OVER_BF16_FROM_TAPS`] taps, where the FFT takes the shape and length and no AMX
+    /// tiles run.
+    fn fft_beats_bf16_kernel(&self, spec: &Conv1dSpec) -> bool {
+        self.long_filters_for_fft(spec) && crate::cpu::conv::fft_applies(spec)
+    }
+
+    /// [`CpuBf16Backend::fft_beats_bf16_kernel`] for the shape alone, as an upload knows it (a
+    /// filter bank serves every length): such banks stay plain bf16, not packed for the bf16
+    /// kernel, which packs them per call on an input too short for the FFT.
+    fn long_filters_for_fft(&self, spec: &Conv1dSpec) -> bool {
+        self.amx_bf16.is_none() && spec.kernel >= FFT_OVER_BF16_FROM_TAPS && crate::cpu::conv::fft_takes_shape(spec)
+    }
+
     /// The reduced-precision kernel a dense convolution with these filters runs on, as
     /// `conv1d` and the fused AdaIN + Snake + convolution both choose it: int8 filters (held in
     /// int8, or a bf16 weight uploaded for int8) on the int8 mode where it takes the shape, else
@@ -495,7 +513,10 @@ impl CpuBf16Backend {
                 .and_then(|vnni| Some((vnni, weight.int8_filters(spec, w)?)))
             {
                 Some((vnni, filters)) => Some(DenseKernel::Int8(vnni, filters)),
-                None => self.bf16_dot.filter(|_| spec.groups == 1).map(|cpu| DenseKernel::Bf16(cpu, conv::Bf16Filters::Bits(w))),
+                None => self
+                    .bf16_dot
+                    .filter(|_| spec.groups == 1 && !self.fft_beats_bf16_kernel(spec))
+                    .map(|cpu| DenseKernel::Bf16(cpu, conv::Bf16Filters::Bits(w))),
             },
             Repr::F32(_) | Repr::F16(_) | Repr::Split(_) => None,
         }
@@ -735,6 +756,14 @@ const F16_OVERFLOW: f32 = 65520.0;
 /// mostly zero rows, and the weight's per-call packing is not repaid.
 const AMX_LINEAR_MIN_ROWS: usize = 16;
 
+/// Taps from which a dense convolution with bf16 filters runs on the f32 backend's FFT path (its
+/// filters widened per call) rather than the AVX-512 BF16 kernel, where no AMX tiles take it.
+/// The FFT's multiply-adds per output grow with the log of its tile, the direct sum's with the
+/// taps: on a Zen 4 (256-bit units, 2 threads, `conv_time`) the FFT on f32 ran 1.25–1.5× the bf16
+/// kernel at 11 taps on every Kokoro generator shape (128 and 256 channels), about even at 7
+/// (0.91–1.06×), and the bf16 kernel won at 3 against Winograd (1.3–2.1×).
+const FFT_OVER_BF16_FROM_TAPS: usize = 11;
+
 /// bf16 values widened per task by [`CpuBf16Backend::with_widened`].
 const WIDEN_CHUNK: usize = 1 << 15;
 
@@ -828,7 +857,7 @@ impl Backend for CpuBf16Backend {
     /// bank of `spec`'s size: rounded to bf16 and packed now for that kernel (the AMX tiles'
     /// panels where they take the shape), held in that form only. Otherwise as `upload_weight`.
     fn upload_conv_filters(&self, data: &[f32], spec: &Conv1dSpec) -> Result<CpuBuf> {
-        if self.bf16_dot.is_none() || !is_dense_bank(spec, data.len()) {
+        if self.bf16_dot.is_none() || !is_dense_bank(spec, data.len()) || self.long_filters_for_fft(spec) {
             return self.upload_weight(data);
         }
         let bits = bf16_bits(data)?;

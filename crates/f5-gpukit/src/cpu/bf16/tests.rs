@@ -541,6 +541,60 @@ fn without_bf16_dot_products_bf16_weights_compute_exactly_as_f32_on_their_roundi
     }
 }
 
+/// With the AVX-512 BF16 kernel and no AMX tiles, a dense convolution of 11 taps that the FFT
+/// takes runs there on its widened filters, alone and fused with instance norm + Snake: the f32
+/// backend's bits on the bf16-rounded filters, whether the bank came as a weight or as
+/// convolution filters (uploaded, as models do, with no length). One of 7 taps stays on the bf16
+/// kernel, which rounds its input to bf16 and so differs from those bits, as does one of 11 taps
+/// over an input too short for the FFT (still within bf16's error of them).
+#[test]
+fn long_bf16_filters_take_the_fft_where_no_tiles_take_them() {
+    use crate::spec::{Conv1dSpec, InstanceNormSpec};
+    if kernel_or_skip("long_bf16_filters_take_the_fft_where_no_tiles_take_them").is_none() {
+        return;
+    }
+    let kit = CpuBf16Backend::with_threads(2).unwrap().with_bf16_dot_products(true).without_amx();
+    let f32_kit = CpuBackend::with_threads(2).unwrap();
+    let mut rng = Rng(23);
+    let mut values = |n: usize| (0..n).map(|_| rng.unit() as f32 * 2.0 - 1.0).collect::<Vec<f32>>();
+    let rounded = |w: &[f32]| w.iter().map(|&v| from_bf16(to_bf16(v))).collect::<Vec<f32>>();
+    let convs = [
+        (Conv1dSpec::new(1, 300, 32, 32, 11).dilation(2).pad(10), true),
+        (Conv1dSpec::new(1, 300, 32, 32, 7).pad(3), false),
+        (Conv1dSpec::new(1, 40, 32, 32, 11).dilation(2).pad(10), false),
+    ];
+    let rel_l2 = |a: &[f32], b: &[f32]| {
+        let num: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+        let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+        (num / den).sqrt()
+    };
+    for (conv, on_fft) in convs {
+        let Conv1dSpec { batch, n, c_in: c, .. } = conv;
+        let len = batch * n * c;
+        let norm = InstanceNormSpec { batch, n, c, eps: 1e-5 };
+        let (x, style, w, bias) = (values(len), values(batch * 2 * c), values(c * c * conv.kernel), values(c));
+        let alpha: Vec<f32> = values(c).iter().map(|a| 1.0 + 0.4 * a).collect();
+        let up = |v: &[f32]| kit.upload(v).unwrap();
+        let (xb, sb, ab, bb) = (up(&x), up(&style), up(&alpha), up(&bias));
+        let mut t = kit.alloc(len).unwrap();
+        kit.instance_norm_snake(&norm, &xb, None, Some(&sb), &ab, &mut t).unwrap();
+        let normalised = kit.download(&t).unwrap();
+        let (mut want_conv, mut want_fused) = (vec![0.0; len], vec![0.0; len]);
+        f32_kit.conv1d(&conv, &x, &rounded(&w), Some(&bias), &mut want_conv).unwrap();
+        f32_kit.conv1d(&conv, &normalised, &rounded(&w), Some(&bias), &mut want_fused).unwrap();
+        for filters in [kit.upload_weight(&w).unwrap(), kit.upload_conv_filters(&w, &Conv1dSpec { n: 0, ..conv }).unwrap()] {
+            let mut y = kit.alloc(len).unwrap();
+            kit.conv1d(&conv, &xb, &filters, Some(&bb), &mut y).unwrap();
+            let got = kit.download(&y).unwrap();
+            assert_eq!(got == want_conv, on_fft, "{conv:?}: conv1d on the FFT path");
+            // bf16-rounded inputs: ~2⁻⁹ relative per product, averaging down over 352 products.
+            assert!(rel_l2(&got, &want_conv) < 1e-2, "{conv:?}: rel-L2 {:.2e}", rel_l2(&got, &want_conv));
+            kit.instance_norm_snake_conv1d(&norm, &xb, None, Some(&sb), &ab, &conv, &filters, Some(&bb), &mut t, &mut y).unwrap();
+            assert_eq!(kit.download(&y).unwrap() == want_fused, on_fft, "{conv:?}: fused step on the FFT path");
+        }
+    }
+}
+
 /// Where the bf16 dot products are off, instance norm + Snake + convolution (and its residual
 /// form) on a bf16 filter bank runs fused on the f32 backend's tiled paths, the FFT for 7 taps
 /// and Winograd for 3: the bits of the ops apart on this backend, with the scratch never

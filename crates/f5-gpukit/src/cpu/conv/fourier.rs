@@ -99,6 +99,11 @@ const MAX_FILTER_PAIRS: usize = 256 * 256;
 /// 5 taps or more, even channel counts (the halves pair up), at most [`MAX_FILTER_PAIRS`], and
 /// enough output rows.
 pub(crate) fn suits(spec: &Conv1dSpec) -> bool {
+    suits_shape(spec) && spec.n_out() >= TILE * spec.dilation
+}
+
+/// Whether [`suits`] holds for `spec`'s shape at some input length: everything but the length.
+pub(crate) fn suits_shape(spec: &Conv1dSpec) -> bool {
     let Conv1dSpec { c_in, c_out, kernel, groups, stride, dilation, .. } = *spec;
     groups == 1
         && stride == 1
@@ -110,7 +115,6 @@ pub(crate) fn suits(spec: &Conv1dSpec) -> bool {
         && c_in % 2 == 0
         && c_out % 2 == 0
         && c_in * c_out <= MAX_FILTER_PAIRS
-        && spec.n_out() >= TILE * dilation
 }
 
 /// Whether the FFT path is on: `F5_CPU_FFT_CONV=off` (or `0`) keeps every dense convolution on
