@@ -71,7 +71,7 @@ pub(crate) use tiled::Around;
 
 /// Whether [`conv1d`] takes the FFT path for `spec`.
 pub(crate) fn fft_applies(spec: &Conv1dSpec) -> bool {
-    spec.groups == 1 && fourier::suits(spec) && fourier::enabled()
+    fft_takes_shape(spec) && fourier::long_enough(spec)
 }
 
 /// Whether [`conv1d`] takes the FFT path for a convolution of `spec`'s shape once its input is

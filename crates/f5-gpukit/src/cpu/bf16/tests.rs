@@ -563,11 +563,6 @@ fn long_bf16_filters_take_the_fft_where_no_tiles_take_them() {
         (Conv1dSpec::new(1, 300, 32, 32, 7).pad(3), false),
         (Conv1dSpec::new(1, 40, 32, 32, 11).dilation(2).pad(10), false),
     ];
-    let rel_l2 = |a: &[f32], b: &[f32]| {
-        let num: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
-        let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
-        (num / den).sqrt()
-    };
     for (conv, on_fft) in convs {
         let Conv1dSpec { batch, n, c_in: c, .. } = conv;
         let len = batch * n * c;
@@ -588,7 +583,8 @@ fn long_bf16_filters_take_the_fft_where_no_tiles_take_them() {
             let got = kit.download(&y).unwrap();
             assert_eq!(got == want_conv, on_fft, "{conv:?}: conv1d on the FFT path");
             // bf16-rounded inputs: ~2⁻⁹ relative per product, averaging down over 352 products.
-            assert!(rel_l2(&got, &want_conv) < 1e-2, "{conv:?}: rel-L2 {:.2e}", rel_l2(&got, &want_conv));
+            let err = crate::cpu::conv::f64_reference::rel_l2(&got, &want_conv.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+            assert!(err < 1e-2, "{conv:?}: rel-L2 {err:.2e}");
             kit.instance_norm_snake_conv1d(&norm, &xb, None, Some(&sb), &ab, &conv, &filters, Some(&bb), &mut t, &mut y).unwrap();
             assert_eq!(kit.download(&y).unwrap() == want_fused, on_fft, "{conv:?}: fused step on the FFT path");
         }

@@ -97,9 +97,15 @@ const MAX_FILTER_PAIRS: usize = 256 * 256;
 
 /// Whether [`conv1d_fft`] computes `spec` (and pays): dense, stride 1, zero padding, a kernel of
 /// 5 taps or more, even channel counts (the halves pair up), at most [`MAX_FILTER_PAIRS`], and
-/// enough output rows.
+/// enough output rows ([`suits_shape`] and [`long_enough`], which the backends ask apart).
+#[cfg(test)]
 pub(crate) fn suits(spec: &Conv1dSpec) -> bool {
-    suits_shape(spec) && spec.n_out() >= TILE * spec.dilation
+    suits_shape(spec) && long_enough(spec)
+}
+
+/// Whether `spec`'s output fills at least one tile column of every phase.
+pub(crate) fn long_enough(spec: &Conv1dSpec) -> bool {
+    spec.n_out() >= TILE * spec.dilation
 }
 
 /// Whether [`suits`] holds for `spec`'s shape at some input length: everything but the length.
